@@ -1,0 +1,56 @@
+"""Composition checks run on the composed config before anything heavy is imported.
+
+Each failure is one `UserError` naming the key, the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xfmr.data.files import text_files
+from xfmr.errors import UserError
+from xfmr.nn.config import ModelConfig
+from xfmr.text.tokenizers import TokenizerSpec
+
+_GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
+
+
+def check_config(cfg: DictConfig) -> None:
+    for key in _GROUPS_NEEDED:
+        if cfg.get(key) is None:
+            raise UserError(f"config has no `{key}` section: compose it from the {key} group or set it")
+    model = model_config(cfg, vocab_size=1)
+    check_positions(cfg, model)
+    check_tokenizer(cfg)
+    if cfg.data.get("path", "absent") != "absent":
+        text_files(cfg.data.path)
+
+
+def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
+    """The model's dataclass from the `model` and `pos` sections; its errors become UserErrors."""
+    values: dict[str, Any] = OmegaConf.to_container(cfg.model, resolve=True)
+    values.update(pos=OmegaConf.to_container(cfg.pos, resolve=True), vocab_size=vocab_size)
+    try:
+        return ModelConfig.from_dict(values)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"model: {e}") from None
+
+
+def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
+    block_size = cfg.data.get("block_size")
+    limit = model.pos.max_positions
+    if model.pos.name == "learned" and block_size is not None and limit is not None and block_size > limit:
+        raise UserError(
+            f"data.block_size={block_size} is longer than pos.max_positions={limit} allows with pos=learned: "
+            f"set pos.max_positions>={block_size}, lower data.block_size, or use a scheme without a limit "
+            f"(pos=sinusoidal or pos=none)"
+        )
+
+
+def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:
+    try:
+        return TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"tokenizer: {e}") from None

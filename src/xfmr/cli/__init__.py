@@ -1,0 +1,1 @@
+"""Entry points: thin Hydra apps and plain CLIs."""

@@ -1,0 +1,76 @@
+"""`xfmr-train`: compose an experiment from config groups and train it.
+
+Only Hydra and OmegaConf load before the config is checked, so `--help` and mistakes are fast.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from xfmr.checks import check_config
+from xfmr.cli.common import fail, print_config_tree
+from xfmr.errors import UserError
+from xfmr.paths import config_dir
+
+PROG = "xfmr-train"
+_TREE_ORDER = ("experiment", "model", "pos", "data", "tokenizer", "objective", "optim", "schedule", "trainer")
+log = logging.getLogger("xfmr")
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
+def _train_app(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    try:
+        check_config(cfg)
+        name_wandb_run(cfg, hydra_cfg)
+        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        if cfg.get("print_config", True):
+            print_config_tree(resolved, _TREE_ORDER)
+        results = _run(resolved, overrides)
+    except UserError as e:
+        fail(PROG, str(e))
+    log.info("run directory: %s", resolved.paths.output_dir)
+    metric = cfg.get("optimized_metric")
+    return results["metrics"].get(metric) if metric and results else None
+
+
+def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
+    """Import the heavy parts only now; turn their complaints about a person's input into UserErrors."""
+    from hydra.errors import InstantiationException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from xfmr.training.run import train
+
+    try:
+        return train(cfg, overrides=overrides)
+    except MisconfigurationException as e:
+        raise UserError(f"trainer: {e}") from None
+    except InstantiationException as e:
+        raise UserError(str(e).strip()) from None
+
+
+def name_wandb_run(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
+    """One wandb run per job, grouped by sweep: group = the sweep directory, name = its overrides."""
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg is None:
+        return
+    from hydra.types import RunMode
+
+    with open_dict(cfg):
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            wandb_cfg.group = wandb_cfg.get("group") or str(hydra_cfg.sweep.dir)
+            wandb_cfg.name = wandb_cfg.get("name") or (hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}")
+
+
+def main() -> None:
+    _train_app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Datasets and LightningDataModules, one per data format."""

@@ -1,0 +1,30 @@
+"""Plain PyTorch modules: attention, positions, blocks, models. No Lightning, no Hydra, no I/O.
+
+Names are imported lazily so that `xfmr.nn.config` (the dataclass the CLI checks a config
+against before anything heavy loads) does not pull in torch.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "MultiHeadAttention": "xfmr.nn.attention",
+    "causal_mask": "xfmr.nn.attention",
+    "combine_masks": "xfmr.nn.attention",
+    "padding_mask": "xfmr.nn.attention",
+    "ModelConfig": "xfmr.nn.config",
+    "PosConfig": "xfmr.nn.config",
+    "CausalLM": "xfmr.nn.models",
+    "DecoderOnly": "xfmr.nn.models",
+    "build_model": "xfmr.nn.models",
+    "POSITIONS": "xfmr.nn.positions",
+    "build_positions": "xfmr.nn.positions",
+    "sinusoidal_table": "xfmr.nn.positions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'xfmr.nn' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

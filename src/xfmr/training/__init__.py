@@ -1,0 +1,1 @@
+"""The LightningModule, optimizers, schedules, callbacks, and the training run itself."""

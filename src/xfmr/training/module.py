@@ -1,0 +1,68 @@
+"""The LightningModule: wires model, objective, metrics, optimizer and schedule; no model maths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.text import Perplexity
+
+from xfmr.nn import ModelConfig, build_model
+from xfmr.objectives import IGNORE_INDEX
+from xfmr.training.optim import param_groups
+
+
+class XfmrModule(L.LightningModule):
+    """Args:
+    model_config: the resolved model config (a plain dict with `vocab_size`), saved in checkpoints.
+    objective: builds the loss from a batch (`forward(model, batch) -> (loss, logits)`).
+    optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
+    scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_config: dict[str, Any],
+        objective: Any,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters({"model_config": model_config})
+        self.model: nn.Module = build_model(ModelConfig.from_dict(model_config))
+        self.objective = objective
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.val_loss = MeanMetric()
+        self.val_ppl = Perplexity(ignore_index=IGNORE_INDEX)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.model(*args, **kwargs)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, _ = self.objective.forward(self.model, batch)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss, logits = self.objective.forward(self.model, batch)
+        counted = (batch["labels"] != IGNORE_INDEX).sum()
+        self.val_loss.update(loss, weight=counted)
+        self.val_ppl.update(logits.float(), batch["labels"])
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/ppl", self.val_ppl)
+
+    def configure_optimizers(self) -> Any:
+        defaults = getattr(self.optimizer_factory, "keywords", {})
+        groups = param_groups(self.model, weight_decay=float(defaults.get("weight_decay", 0.0)))
+        optimizer = self.optimizer_factory(groups)
+        if self.scheduler_factory is None:
+            return optimizer
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else int(self.trainer.estimated_stepping_batches)
+        scheduler = self.scheduler_factory(optimizer, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,56 @@
+"""Optimizer parameter groups and learning-rate schedules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices and embeddings only; never on biases or norm gains (GPT-2, nanoGPT)."""
+    decay, no_decay = [], []
+    seen: set[int] = set()
+    for param in model.parameters():
+        if not param.requires_grad or id(param) in seen:  # tied weights appear once
+            continue
+        seen.add(id(param))
+        (decay if param.dim() >= 2 else no_decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    warmup_steps: int = 100,
+    min_lr_ratio: float = 0.1,
+    decay_steps: int | None = None,
+) -> LambdaLR:
+    """Linear warm-up to the base lr, then cosine decay to `min_lr_ratio * lr` at `decay_steps`
+    (default: the run's total steps), flat after; nanoGPT's `get_lr` exactly."""
+    decay_steps = decay_steps or total_steps
+    return LambdaLR(optimizer, _warmup_cosine_factor(warmup_steps, decay_steps, min_lr_ratio))
+
+
+def _warmup_cosine_factor(warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if step > decay_steps:
+            return min_lr_ratio
+        progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+        return min_lr_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_lr_ratio)
+
+    return factor
+
+
+def constant(optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 0) -> LambdaLR:
+    """Linear warm-up, then the base lr."""
+    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)))

@@ -1,0 +1,191 @@
+"""`train(cfg)`: build the parts a resolved config names, fit them, write `results.json`.
+
+Kept apart from the Hydra entry point so DDP workers, tests and notebooks call the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from xfmr.errors import UserError
+from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text_fingerprint
+from xfmr.training.callbacks import RunSummary
+from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
+from xfmr.training.module import XfmrModule
+
+log = logging.getLogger("xfmr")
+
+RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.yaml"
+
+
+def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] = ()) -> dict[str, Any] | None:
+    """Train the experiment `cfg` (fully resolved) in `cfg.paths.output_dir`.
+
+    Returns the results written to `results.json` (None on DDP workers).
+    """
+    started = time.time()
+    tidy_lightning_logging()
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    datamodule = instantiate(cfg.data)
+    objective = instantiate(cfg.objective)
+    tokenizer = prepare_tokenizer(cfg, datamodule, run_dir, cache_only=is_worker)
+    datamodule.attach(tokenizer, objective.collate)
+    model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
+    ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
+    if not is_worker:
+        cfg.ckpt_path = ckpt_path
+        OmegaConf.save(cfg, run_dir / CONFIG_FILE)
+        if ckpt_path:
+            log.info("resuming from %s", ckpt_path)
+
+    module = XfmrModule(
+        model_config=model_config,
+        objective=objective,
+        optimizer=instantiate(cfg.optim),
+        scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
+    )
+    summary = RunSummary()
+    nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
+    launcher = LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp") if nprocs > 1 else nullcontext()
+    with launcher:
+        trainer = instantiate(
+            cfg.trainer,
+            callbacks=[*(instantiate(c) for c in (cfg.callbacks or {}).values()), summary],
+            logger=[instantiate(lg) for lg in (cfg.logger or {}).values()] or False,
+            default_root_dir=str(run_dir),
+        )
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        if not trainer.interrupted:
+            if not summary.history or summary.history[-1]["step"] != trainer.global_step:
+                trainer.validate(module, datamodule=datamodule, verbose=False)
+                summary.on_validation_end(trainer, module)
+            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        finish_loggers(trainer)
+    if is_worker or trainer.global_rank != 0:
+        return None
+    results = summarize(trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path)
+    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+_NOISE = ("litlogger", "`weights_only` was not set", "GPU available:", "TPU available:")
+
+
+def tidy_lightning_logging() -> None:
+    """Lightning's loggers print through their own handlers and then again through the root's:
+    send them through the root only (the console and the run's log file), minus its adverts."""
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    root = logging.getLogger()
+    if not root.handlers:  # DDP workers: no Hydra logging configured
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for handler in root.handlers:
+        if not any(isinstance(f, _DropNoise) for f in handler.filters):
+            handler.addFilter(_DropNoise())
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(noise in message for noise in _NOISE)
+
+
+def prepare_tokenizer(cfg: DictConfig, datamodule: Any, run_dir: Path, *, cache_only: bool = False) -> TextTokenizer:
+    """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
+    cached one for the same training text and settings, and copy it into the run directory."""
+    own = run_dir / "tokenizer.json"
+    if own.is_file():
+        return TextTokenizer.load(own)
+    if cache_only:
+        raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
+    spec = TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
+    train_text, _ = datamodule.split_text()
+    tokenizer, cached = fit_or_load(
+        spec, iter([train_text]), data_fingerprint=text_fingerprint([train_text]), cache_dir=cfg.paths.cache_dir
+    )
+    log.info("tokenizer: %s, vocabulary %d (%s)", spec.kind, tokenizer.vocab_size, "cached" if cached else "trained")
+    tokenizer.save(own)
+    return tokenizer
+
+
+def resolve_checkpoint(ckpt_path: str | None, run_dir: Path, model_config: dict[str, Any]) -> str | None:
+    """`ckpt_path` if given, else the run directory's `last.ckpt` if present; checked before any
+    training so a wrong file fails fast and nothing already saved is touched."""
+    if not ckpt_path:
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            return None
+        ckpt_path = str(last)
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise UserError(f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as e:  # any unreadable file: the message matters, not the type
+        raise UserError(f"ckpt_path={ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {e})") from None
+    saved = (checkpoint.get("hyper_parameters") or {}).get("model_config") if isinstance(checkpoint, dict) else None
+    if saved is None or "state_dict" not in checkpoint:
+        raise UserError(f"ckpt_path={ckpt_path!r} is not an xfmr checkpoint (no model_config / state_dict)")
+    differs = sorted(k for k in set(saved) | set(model_config) if saved.get(k) != model_config.get(k))
+    if differs:
+        detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs config {model_config.get(k)!r}" for k in differs)
+        raise UserError(f"ckpt_path={ckpt_path!r} was trained with a different model ({detail})")
+    return str(path)
+
+
+def finish_loggers(trainer: L.Trainer) -> None:
+    """Close each logger so the next job of a multirun starts its own run (wandb keeps one per process)."""
+    for logger in trainer.loggers:
+        logger.finalize("success" if not trainer.interrupted else "failed")
+        if type(logger).__name__ == "WandbLogger" and trainer.global_rank == 0:
+            import wandb
+
+            wandb.finish()
+
+
+def summarize(
+    trainer: L.Trainer,
+    summary: RunSummary,
+    module: XfmrModule,
+    *,
+    started: float,
+    overrides: Sequence[str],
+    resumed_from: str | None,
+) -> dict[str, Any]:
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    ms = summary.ms_per_step
+    return {
+        "status": "interrupted" if trainer.interrupted else "completed",
+        "metrics": dict(sorted(metrics.items())),
+        "best": summary.best,
+        "step": trainer.global_step,
+        "wall_time_s": round(time.time() - started, 3),
+        "ms_per_step": round(ms, 3) if ms else None,
+        "tokens_per_step": summary.tokens_per_step,
+        "tokens_per_s": round(summary.tokens_per_step / (ms / 1000.0), 1) if ms else None,
+        "world_size": trainer.world_size,
+        "n_parameters": sum(p.numel() for p in module.model.parameters()),
+        "overrides": list(overrides),
+        "resumed_from": resumed_from,
+        "history": summary.history,
+    }
