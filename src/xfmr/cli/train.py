@@ -6,6 +6,8 @@ Only Hydra and OmegaConf load before the config is checked, so `--help` and mist
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -68,7 +70,22 @@ def name_wandb_run(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
             wandb_cfg.name = wandb_cfg.get("name") or (hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}")
 
 
+def check_group_choices(argv: list[str], conf: Path) -> None:
+    """`group=choice` arguments name an existing choice; Hydra's own message buries the list."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        group = conf / key
+        if not sep or "/" in key or key == "hydra" or not group.is_dir():
+            continue
+        choices = sorted(p.stem for p in group.glob("*.yaml"))
+        sweep = value.split(",") if "," in value and not value.startswith(("[", "choice(", "range(")) else [value]
+        for choice in sweep:
+            if choice not in choices and choice != "null":
+                fail(PROG, f"{key}={choice!r} is not a choice of the `{key}` group; valid: {', '.join(choices)}")
+
+
 def main() -> None:
+    check_group_choices(sys.argv[1:], config_dir())
     _train_app()
 
 

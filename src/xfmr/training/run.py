@@ -67,8 +67,8 @@ def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] 
     with launcher:
         trainer = instantiate(
             cfg.trainer,
-            callbacks=[*(instantiate(c) for c in (cfg.callbacks or {}).values()), summary],
-            logger=[instantiate(lg) for lg in (cfg.logger or {}).values()] or False,
+            callbacks=[*_instantiate_all(cfg.get("callbacks")), summary],
+            logger=_instantiate_all(cfg.get("logger")) or False,
             default_root_dir=str(run_dir),
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -83,6 +83,11 @@ def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] 
     results = summarize(trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path)
     (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _instantiate_all(section: DictConfig | None) -> list[Any]:
+    """Each entry of a dict-of-targets section; `name: null` switches one off."""
+    return [instantiate(item) for item in (section or {}).values() if item is not None]
 
 
 _NOISE = ("litlogger", "`weights_only` was not set", "GPU available:", "TPU available:")

@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny data written by the tests, and the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog.\n"
+    "a small cat sees a big bird near the river.\n"
+    "two owls watch the quiet moon at night.\n"
+) * 40
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(CORPUS, encoding="utf-8")
+    return path
+
+
+# Smallest settings that still exercise every part of a run.
+TINY = [
+    "size=tiny",
+    "data.block_size=16",
+    "data.batch_size=4",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+]
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_cli(args: list[str], cwd: Path, *, timeout: float = 300, module: str = "xfmr.cli.train") -> Completed:
+    env = {**os.environ, "XFMR_CACHE_DIR": str(cwd / ".cache"), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env.pop("WANDB_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def read_results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())

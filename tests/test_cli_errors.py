@@ -1,0 +1,72 @@
+"""A person's mistakes end the run before training with one clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, run_cli
+
+
+def _fails_cleanly(result, *needles: str) -> None:
+    assert result.returncode != 0, result.output
+    assert "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in result.output, f"{needle!r} not in:\n{result.output}"
+
+
+def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
+    started = time.perf_counter()
+    result = run_cli(["--help"], tmp_path)
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.output
+    for line in ("arch: decoder", "pos: learned, none, sinusoidal", "experiment: nanogpt_shakespeare_char"):
+        assert line in result.stdout
+    assert "trainer: cpu, ddp, default" in result.stdout
+    assert elapsed < 4.0, f"--help took {elapsed:.1f}s: something heavy is imported at start"
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["pos=rotaryy"], ["pos='rotaryy'", "learned, none, sinusoidal"]),
+        (["-m", "arch=decoder,encodr"], ["arch='encodr'", "decoder"]),
+        (["model.d_modle=64"], ["d_modle"]),
+        (["size=tiny", "model.n_heads=3"], ["d_model=64", "n_heads=3", "[1, 2, 4, 8, 16, 32, 64]"]),
+        (["data.block_size=2048"], ["data.block_size=2048", "pos.max_positions=1024"]),
+        (["data=text"], ["data.path is not set"]),
+        (["data=text", "data.path=/nonexistent/input.txt"], ["data.path='/nonexistent/input.txt' does not exist"]),
+        (["tokenizer.kind=wordpeace"], ["tokenizer.kind='wordpeace'", "char", "byte_bpe"]),
+    ],
+)
+def test_bad_config_is_one_clear_error(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    started = time.perf_counter()
+    result = run_cli([*TINY, f"hydra.run.dir={tmp_path / 'run'}", *args], tmp_path)
+    _fails_cleanly(result, *needles)
+    # Caught before Lightning loads (it alone takes seconds to import).
+    assert time.perf_counter() - started < 6.0
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_empty_data_file(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = run_cli([*TINY, "data=text", f"data.path={empty}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    _fails_cleanly(result, "is empty", str(empty))
+
+
+def test_data_too_short_for_a_block(tmp_path: Path) -> None:
+    short = tmp_path / "short.txt"
+    short.write_text("just a few words\n" * 3)
+    result = run_cli([*TINY, "data=text", f"data.path={short}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    _fails_cleanly(result, "data.block_size")
+
+
+def test_bad_checkpoint_path(tmp_path: Path, corpus: Path) -> None:
+    junk = tmp_path / "junk.ckpt"
+    junk.write_text("not a checkpoint")
+    base = [*TINY, "data=text", f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}"]
+    _fails_cleanly(run_cli([*base, f"ckpt_path={tmp_path / 'missing.ckpt'}"], tmp_path), "does not exist")
+    _fails_cleanly(run_cli([*base, f"ckpt_path={junk}"], tmp_path), "not a readable checkpoint")

@@ -1,0 +1,67 @@
+"""The shipped config tree composes, and the nanoGPT experiment says what nanoGPT does."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from xfmr.checks import check_config, model_config
+from xfmr.errors import UserError
+from xfmr.paths import config_dir
+
+GROUPS = ["arch", "size", "pos", "objective", "data", "tokenizer", "optim", "schedule", "trainer", "logger"]
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides, return_hydra_config=True)
+
+
+def _choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
+    for choice in _choices(group):
+        overrides = [f"{group}={choice}"]
+        if group == "data" and choice == "text":
+            corpus = tmp_path / "c.txt"
+            corpus.write_text("some text\n")
+            overrides.append(f"data.path={corpus}")
+        cfg = _compose(overrides)
+        model = model_config(cfg, vocab_size=10)
+        assert model.d_model % model.n_heads == 0
+        check_config(cfg)
+
+
+def test_nanogpt_experiment_matches_nanogpt_cpu_run() -> None:
+    cfg = _compose(["experiment=nanogpt_shakespeare_char"])
+    model = model_config(cfg, vocab_size=65)
+    assert (model.n_layers, model.n_heads, model.d_model, model.d_ff) == (4, 4, 128, 512)
+    assert (model.dropout, model.bias, model.placement, model.activation) == (0.0, False, "pre", "gelu")
+    assert model.tie_embeddings and model.pos.name == "learned" and model.pos.max_positions == 64
+    assert cfg.tokenizer.kind == "char"
+    assert (cfg.data.block_size, cfg.data.batch_size, cfg.data.val_fraction) == (64, 12, 0.1)
+    assert cfg.optim.lr == 1e-3 and list(cfg.optim.betas) == [0.9, 0.99] and cfg.optim.weight_decay == 0.1
+    assert cfg.schedule.warmup_steps == 100 and cfg.schedule.min_lr_ratio * cfg.optim.lr == pytest.approx(1e-4)
+    assert cfg.trainer.max_steps == 2000 and cfg.trainer.gradient_clip_val == 1.0
+    assert cfg.trainer.precision == "32-true"
+
+
+def test_check_rejects_learned_positions_shorter_than_blocks() -> None:
+    cfg = _compose(["pos=learned", "pos.max_positions=32", "data.block_size=64"])
+    with pytest.raises(UserError, match="data.block_size=64 .* pos.max_positions=32"):
+        check_config(cfg)
+    check_config(_compose(["pos=sinusoidal", "data.block_size=2048"]))
+
+
+def test_unknown_model_key_names_valid_keys() -> None:
+    cfg = _compose([])
+    OmegaConf.set_struct(cfg, False)
+    cfg.model.n_layer = 3
+    with pytest.raises(UserError, match="n_layer.*valid keys"):
+        check_config(cfg)
