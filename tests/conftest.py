@@ -51,8 +51,15 @@ class Completed:
         return self.stdout + self.stderr
 
 
-def run_cli(args: list[str], cwd: Path, *, timeout: float = 300, module: str = "xfmr.cli.train") -> Completed:
-    env = {**os.environ, "XFMR_CACHE_DIR": str(cwd / ".cache"), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+def run_cli(
+    args: list[str], cwd: Path, *, timeout: float = 300, module: str = "xfmr.cli.train"
+) -> Completed:
+    env = {
+        **os.environ,
+        "XFMR_CACHE_DIR": str(cwd / ".cache"),
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("WANDB_API_KEY", None)
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],

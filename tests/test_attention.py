@@ -66,7 +66,7 @@ def test_causal_output_ignores_future_tokens(with_mask: bool) -> None:
 
 @torch.no_grad()
 def test_non_causal_output_sees_future_tokens() -> None:
-    """Without is_causal, changing later tokens changes earlier outputs (the causal test can fail)."""
+    """Without is_causal, later tokens change earlier outputs (so the causal test can fail)."""
     mha, x, t = _mha(), _x(), 3
     x_changed = x.clone()
     x_changed[:, t + 1 :] = torch.randn(2, T - t - 1, D_MODEL)
@@ -76,7 +76,7 @@ def test_non_causal_output_sees_future_tokens() -> None:
 @pytest.mark.parametrize("causal", [False, True])
 @torch.no_grad()
 def test_right_padding_matches_unpadded_sequence(causal: bool) -> None:
-    """Real positions of a right-padded batch equal each sequence run alone, whatever the padding holds."""
+    """Real positions of a right-padded batch equal each sequence run alone, garbage pads or not."""
     mha, x = _mha(), _x(seed=2)
     lengths = [5, T]
     attention_mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T)
@@ -125,6 +125,20 @@ def test_left_padding_with_causal_mask_has_no_nan() -> None:
     assert torch.isfinite(out).all()
     alone = mha(x[:1, pads:], is_causal=True)  # (1, T - pads, C)
     torch.testing.assert_close(out[0, pads:], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_fully_masked_query_rows_attend_to_every_key() -> None:
+    """Padded query rows under left padding + causal are opened: they equal unmasked attention.
+
+    (Recent CPU SDPA returns zeros, not NaN, for empty rows, so finiteness alone cannot tell.)
+    """
+    mha, x, pads = _mha(), _x(seed=3), 3
+    attention_mask = torch.ones(2, T, dtype=torch.long)
+    attention_mask[0, :pads] = 0
+    out = mha(x, mask=padding_mask(attention_mask), is_causal=True)
+    open_rows = _naive(mha, x, causal=False)[0, :pads]  # (pads, C)
+    torch.testing.assert_close(out[0, :pads], open_rows, atol=1e-5, rtol=1e-5)
 
 
 @torch.no_grad()

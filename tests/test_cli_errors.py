@@ -22,7 +22,11 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
     result = run_cli(["--help"], tmp_path)
     elapsed = time.perf_counter() - started
     assert result.returncode == 0, result.output
-    for line in ("arch: decoder", "pos: learned, none, sinusoidal", "experiment: nanogpt_shakespeare_char"):
+    for line in (
+        "arch: decoder",
+        "pos: learned, none, sinusoidal",
+        "experiment: nanogpt_shakespeare_char",
+    ):
         assert line in result.stdout
     assert "trainer: cpu, ddp, default" in result.stdout
     assert elapsed < 4.0, f"--help took {elapsed:.1f}s: something heavy is imported at start"
@@ -37,7 +41,10 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
         (["size=tiny", "model.n_heads=3"], ["d_model=64", "n_heads=3", "[1, 2, 4, 8, 16, 32, 64]"]),
         (["data.block_size=2048"], ["data.block_size=2048", "pos.max_positions=1024"]),
         (["data=text"], ["data.path is not set"]),
-        (["data=text", "data.path=/nonexistent/input.txt"], ["data.path='/nonexistent/input.txt' does not exist"]),
+        (
+            ["data=text", "data.path=/nonexistent/input.txt"],
+            ["data.path='/nonexistent/input.txt' does not exist"],
+        ),
         (["tokenizer.kind=wordpeace"], ["tokenizer.kind='wordpeace'", "char", "byte_bpe"]),
     ],
 )
@@ -53,14 +60,18 @@ def test_bad_config_is_one_clear_error(tmp_path: Path, args: list[str], needles:
 def test_empty_data_file(tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    result = run_cli([*TINY, "data=text", f"data.path={empty}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_cli(
+        [*TINY, "data=text", f"data.path={empty}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path
+    )
     _fails_cleanly(result, "is empty", str(empty))
 
 
 def test_data_too_short_for_a_block(tmp_path: Path) -> None:
     short = tmp_path / "short.txt"
     short.write_text("just a few words\n" * 3)
-    result = run_cli([*TINY, "data=text", f"data.path={short}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_cli(
+        [*TINY, "data=text", f"data.path={short}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path
+    )
     _fails_cleanly(result, "data.block_size")
 
 
@@ -68,5 +79,7 @@ def test_bad_checkpoint_path(tmp_path: Path, corpus: Path) -> None:
     junk = tmp_path / "junk.ckpt"
     junk.write_text("not a checkpoint")
     base = [*TINY, "data=text", f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}"]
-    _fails_cleanly(run_cli([*base, f"ckpt_path={tmp_path / 'missing.ckpt'}"], tmp_path), "does not exist")
+    _fails_cleanly(
+        run_cli([*base, f"ckpt_path={tmp_path / 'missing.ckpt'}"], tmp_path), "does not exist"
+    )
     _fails_cleanly(run_cli([*base, f"ckpt_path={junk}"], tmp_path), "not a readable checkpoint")

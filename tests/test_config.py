@@ -11,7 +11,18 @@ from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
 from xfmr.paths import config_dir
 
-GROUPS = ["arch", "size", "pos", "objective", "data", "tokenizer", "optim", "schedule", "trainer", "logger"]
+GROUPS = [
+    "arch",
+    "size",
+    "pos",
+    "objective",
+    "data",
+    "tokenizer",
+    "optim",
+    "schedule",
+    "trainer",
+    "logger",
+]
 
 
 def _compose(overrides: list[str]):
@@ -42,12 +53,24 @@ def test_nanogpt_experiment_matches_nanogpt_cpu_run() -> None:
     cfg = _compose(["experiment=nanogpt_shakespeare_char"])
     model = model_config(cfg, vocab_size=65)
     assert (model.n_layers, model.n_heads, model.d_model, model.d_ff) == (4, 4, 128, 512)
-    assert (model.dropout, model.bias, model.placement, model.activation) == (0.0, False, "pre", "gelu")
+    assert (model.dropout, model.bias, model.placement, model.activation) == (
+        0.0,
+        False,
+        "pre",
+        "gelu",
+    )
     assert model.tie_embeddings and model.pos.name == "learned" and model.pos.max_positions == 64
     assert cfg.tokenizer.kind == "char"
     assert (cfg.data.block_size, cfg.data.batch_size, cfg.data.val_fraction) == (64, 12, 0.1)
-    assert cfg.optim.lr == 1e-3 and list(cfg.optim.betas) == [0.9, 0.99] and cfg.optim.weight_decay == 0.1
-    assert cfg.schedule.warmup_steps == 100 and cfg.schedule.min_lr_ratio * cfg.optim.lr == pytest.approx(1e-4)
+    assert (
+        cfg.optim.lr == 1e-3
+        and list(cfg.optim.betas) == [0.9, 0.99]
+        and cfg.optim.weight_decay == 0.1
+    )
+    assert (
+        cfg.schedule.warmup_steps == 100
+        and cfg.schedule.min_lr_ratio * cfg.optim.lr == pytest.approx(1e-4)
+    )
     assert cfg.trainer.max_steps == 2000 and cfg.trainer.gradient_clip_val == 1.0
     assert cfg.trainer.precision == "32-true"
 

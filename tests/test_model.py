@@ -1,4 +1,4 @@
-"""CausalLM from a ModelConfig: shapes, causality, padding, tying, parameter count, config checks."""
+"""CausalLM from a ModelConfig: shapes, causality, padding, tying, parameter count, config."""
 
 from __future__ import annotations
 
@@ -59,6 +59,23 @@ def test_right_padding_matches_unpadded_sequences() -> None:
         torch.testing.assert_close(logits[b, :length], alone[0], atol=1e-5, rtol=1e-5)
 
 
+@torch.no_grad()
+def test_left_padding_uses_attention_mask() -> None:
+    """Without positions, left-padded real tokens match the unpadded run only if the mask is used.
+
+    (Right padding cannot reach real positions under causality, so this is the test with teeth.)
+    """
+    model = _model(pos=PosConfig(name="none", max_positions=None))
+    pads, ids = 4, _ids(1)
+    attention_mask = torch.ones(1, T, dtype=torch.long)
+    attention_mask[0, :pads] = 0
+    alone = model(ids[:, pads:])  # (1, T - pads, V)
+    masked = model(ids, attention_mask)
+    assert torch.isfinite(masked).all()
+    torch.testing.assert_close(masked[:, pads:], alone, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(model(ids)[:, pads:], alone, atol=1e-3)
+
+
 def test_tied_embeddings_share_storage() -> None:
     """tie_embeddings=True makes lm_head.weight the very tensor of the token embedding."""
     model = _model(tie_embeddings=True)
@@ -117,7 +134,7 @@ def test_parameter_count_untied_adds_lm_head() -> None:
 
 @torch.no_grad()
 def test_post_ln_builds_and_runs() -> None:
-    """placement='post' builds, gives finite logits, and ends in a LayerNorm (unit-variance rows)."""
+    """placement=post builds, gives finite logits, and ends in a LayerNorm (unit-variance rows)."""
     model = _model(placement="post")
     logits = model(_ids())
     assert logits.shape == (2, T, VOCAB)

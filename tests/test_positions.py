@@ -1,4 +1,4 @@
-"""Positional schemes: the sinusoidal formula and its shift-is-linear property, and scheme guards."""
+"""Positional schemes: the sinusoidal formula, its shift-is-linear property, and scheme guards."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_sinusoidal_table_matches_formula(d: int) -> None:
 
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_sinusoidal_shift_is_a_fixed_rotation(k: int) -> None:
-    """PE(pos + k) = M_k PE(pos) for every pos, with M_k the block-diagonal rotation from the formula."""
+    """PE(pos + k) = M_k PE(pos) for every pos, M_k the block-diagonal rotation from the formula."""
     table = sinusoidal_table(LENGTH, D).double()
     m_k = _shift_matrix(k, D)
     torch.testing.assert_close(table[k:], table[:-k] @ m_k.T, atol=1e-4, rtol=0)
@@ -58,7 +58,7 @@ def test_sinusoidal_shift_is_a_fixed_rotation(k: int) -> None:
 
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_sinusoidal_shift_fits_one_linear_map_but_nonlinear_does_not(k: int) -> None:
-    """Least squares finds one matrix mapping PE(pos) to PE(pos + k); a squared target has no such map."""
+    """One least-squares matrix maps PE(pos) to PE(pos + k); a squared target has no such map."""
     table = sinusoidal_table(LENGTH, D).double()
     x, y = table[:-k], table[k:]  # (T - k, D) each
     fit = torch.linalg.lstsq(x, y, driver="gelsd").solution  # (D, D)

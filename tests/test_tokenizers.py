@@ -24,7 +24,7 @@ SPECS = {
 
 @pytest.mark.parametrize("kind", sorted(SPECS))
 def test_round_trip_is_exact(kind: str) -> None:
-    """decode(encode(text)) == text for in-vocabulary text with unicode, tabs, newlines, double spaces."""
+    """decode(encode(text)) == text for in-vocab text: unicode, tabs, newlines, double spaces."""
     tokenizer = train_tokenizer(SPECS[kind], iter([TEXT]))
     ids = tokenizer.encode(TEXT)
     assert ids and tokenizer.decode(ids) == TEXT

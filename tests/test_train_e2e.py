@@ -19,13 +19,21 @@ def test_single_run_writes_a_complete_run_directory(tmp_path: Path, corpus: Path
     run_dir = tmp_path / "run"
     result = run_cli([*_text(corpus), f"hydra.run.dir={run_dir}", "pos=sinusoidal"], tmp_path)
     assert result.returncode == 0, result.output
-    for name in ("config.yaml", "tokenizer.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt", "csv/metrics.csv"):
+    for name in (
+        "config.yaml",
+        "tokenizer.json",
+        "checkpoints/last.ckpt",
+        "checkpoints/best.ckpt",
+        "csv/metrics.csv",
+    ):
         assert (run_dir / name).is_file(), name
     results = read_results(run_dir)
     assert results["status"] == "completed"
     assert results["step"] == 4
     assert math.isfinite(results["metrics"]["val/loss"])
-    assert results["metrics"]["val/ppl"] == pytest.approx(math.exp(results["metrics"]["val/loss"]), rel=1e-4)
+    assert results["metrics"]["val/ppl"] == pytest.approx(
+        math.exp(results["metrics"]["val/loss"]), rel=1e-4
+    )
     assert results["best"]["val/loss"] <= results["history"][0]["val/loss"]
     assert results["ms_per_step"] > 0 and results["tokens_per_s"] > 0
     assert results["tokens_per_step"] == 4 * 16
@@ -56,12 +64,20 @@ def test_restart_in_same_directory_resumes(tmp_path: Path, corpus: Path) -> None
     assert [h["step"] for h in results["history"]] == [2, 4, 6, 8]
 
 
-def test_explicit_ckpt_path_starts_a_new_directory_from_a_checkpoint(tmp_path: Path, corpus: Path) -> None:
+def test_explicit_ckpt_path_starts_a_new_directory_from_a_checkpoint(
+    tmp_path: Path, corpus: Path
+) -> None:
     first = run_cli([*_text(corpus), f"hydra.run.dir={tmp_path / 'a'}"], tmp_path)
     assert first.returncode == 0, first.output
     ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
     second = run_cli(
-        [*_text(corpus), f"hydra.run.dir={tmp_path / 'b'}", f"ckpt_path={ckpt}", "trainer.max_steps=6"], tmp_path
+        [
+            *_text(corpus),
+            f"hydra.run.dir={tmp_path / 'b'}",
+            f"ckpt_path={ckpt}",
+            "trainer.max_steps=6",
+        ],
+        tmp_path,
     )
     assert second.returncode == 0, second.output
     assert read_results(tmp_path / "b")["step"] == 6
@@ -69,7 +85,9 @@ def test_explicit_ckpt_path_starts_a_new_directory_from_a_checkpoint(tmp_path: P
 
 def test_multirun_makes_one_directory_per_job(tmp_path: Path, corpus: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = run_cli(["-m", *_text(corpus), f"hydra.sweep.dir={sweep}", "pos=sinusoidal,learned"], tmp_path)
+    result = run_cli(
+        ["-m", *_text(corpus), f"hydra.sweep.dir={sweep}", "pos=sinusoidal,learned"], tmp_path
+    )
     assert result.returncode == 0, result.output
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1"]
@@ -81,11 +99,19 @@ def test_multirun_makes_one_directory_per_job(tmp_path: Path, corpus: Path) -> N
 
 def test_ddp_two_cpu_processes_inside_a_multirun(tmp_path: Path, corpus: Path) -> None:
     sweep = tmp_path / "sweep"
-    args = ["-m", *_text(corpus), f"hydra.sweep.dir={sweep}", "trainer=ddp", "trainer.accelerator=cpu"]
+    args = [
+        "-m",
+        *_text(corpus),
+        f"hydra.sweep.dir={sweep}",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+    ]
     result = run_cli([*args, "trainer.devices=2", "seed=1,2"], tmp_path)
     assert result.returncode == 0, result.output
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert [p.name for p in jobs] == ["0", "1"], "DDP children must not start sweeps or run directories"
+    assert [p.name for p in jobs] == ["0", "1"], (
+        "DDP children must not start sweeps or run directories"
+    )
     assert not (tmp_path / "outputs").exists()
     losses = []
     for job in jobs:
@@ -109,8 +135,30 @@ def test_tensorboard_logger(tmp_path: Path, corpus: Path) -> None:
 @pytest.mark.slow
 def test_wandb_offline_one_run_per_job(tmp_path: Path, corpus: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = run_cli(["-m", *_text(corpus), f"hydra.sweep.dir={sweep}", "logger=wandb", "seed=1,2"], tmp_path)
+    result = run_cli(
+        ["-m", *_text(corpus), f"hydra.sweep.dir={sweep}", "logger=wandb", "seed=1,2"], tmp_path
+    )
     assert result.returncode == 0, result.output
     for job in ("0", "1"):
         runs = list((sweep / job / "wandb").glob("offline-run-*"))
         assert len(runs) == 1, f"job {job}: {runs}"
+
+
+@pytest.mark.slow
+def test_default_experiment_learns_the_synthetic_language(tmp_path: Path) -> None:
+    """The no-download default: validation loss falls far below the uniform ln(V) in 150 steps."""
+    run_dir = tmp_path / "run"
+    args = [
+        "size=tiny",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=150",
+        "print_config=false",
+    ]
+    result = run_cli([*args, f"hydra.run.dir={run_dir}", "callbacks.progress_bar=null"], tmp_path)
+    assert result.returncode == 0, result.output
+    results = read_results(run_dir)
+    vocab = len(
+        __import__("json").loads((run_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    )
+    assert results["metrics"]["val/loss"] < 0.6 * math.log(vocab), results["metrics"]
+    assert "sample after step 150" in result.output

@@ -20,7 +20,9 @@ _GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "tr
 def check_config(cfg: DictConfig) -> None:
     for key in _GROUPS_NEEDED:
         if cfg.get(key) is None:
-            raise UserError(f"config has no `{key}` section: compose it from the {key} group or set it")
+            raise UserError(
+                f"config has no `{key}` section: compose it from the {key} group or set it"
+            )
     model = model_config(cfg, vocab_size=1)
     check_positions(cfg, model)
     check_tokenizer(cfg)
@@ -41,7 +43,12 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
 def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
     block_size = cfg.data.get("block_size")
     limit = model.pos.max_positions
-    if model.pos.name == "learned" and block_size is not None and limit is not None and block_size > limit:
+    if (
+        model.pos.name == "learned"
+        and block_size is not None
+        and limit is not None
+        and block_size > limit
+    ):
         raise UserError(
             f"data.block_size={block_size} is longer than pos.max_positions={limit} allows with pos=learned: "
             f"set pos.max_positions>={block_size}, lower data.block_size, or use a scheme without a limit "

@@ -18,7 +18,17 @@ from xfmr.errors import UserError
 from xfmr.paths import config_dir
 
 PROG = "xfmr-train"
-_TREE_ORDER = ("experiment", "model", "pos", "data", "tokenizer", "objective", "optim", "schedule", "trainer")
+_TREE_ORDER = (
+    "experiment",
+    "model",
+    "pos",
+    "data",
+    "tokenizer",
+    "objective",
+    "optim",
+    "schedule",
+    "trainer",
+)
 log = logging.getLogger("xfmr")
 
 
@@ -67,7 +77,9 @@ def name_wandb_run(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
     with open_dict(cfg):
         if hydra_cfg.mode == RunMode.MULTIRUN:
             wandb_cfg.group = wandb_cfg.get("group") or str(hydra_cfg.sweep.dir)
-            wandb_cfg.name = wandb_cfg.get("name") or (hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}")
+            wandb_cfg.name = wandb_cfg.get("name") or (
+                hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}"
+            )
 
 
 def check_group_choices(argv: list[str], conf: Path) -> None:
@@ -78,10 +90,17 @@ def check_group_choices(argv: list[str], conf: Path) -> None:
         if not sep or "/" in key or key == "hydra" or not group.is_dir():
             continue
         choices = sorted(p.stem for p in group.glob("*.yaml"))
-        sweep = value.split(",") if "," in value and not value.startswith(("[", "choice(", "range(")) else [value]
+        sweep = (
+            value.split(",")
+            if "," in value and not value.startswith(("[", "choice(", "range("))
+            else [value]
+        )
         for choice in sweep:
             if choice not in choices and choice != "null":
-                fail(PROG, f"{key}={choice!r} is not a choice of the `{key}` group; valid: {', '.join(choices)}")
+                fail(
+                    PROG,
+                    f"{key}={choice!r} is not a choice of the `{key}` group; valid: {', '.join(choices)}",
+                )
 
 
 def main() -> None:

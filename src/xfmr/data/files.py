@@ -23,7 +23,9 @@ def text_files(path: str | Sequence[str] | None, *, key: str = "data.path") -> l
         elif p.is_file():
             files.append(p)
         else:
-            raise UserError(f"{key}={str(p)!r} does not exist: give a text file or a directory of .txt files")
+            raise UserError(
+                f"{key}={str(p)!r} does not exist: give a text file or a directory of .txt files"
+            )
     for f in files:
         if f.stat().st_size == 0:
             raise UserError(f"{key} file {str(f)!r} is empty")

@@ -59,7 +59,11 @@ class TextCorpusDataModule(L.LightningDataModule):
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
-        for key, value in (("block_size", block_size), ("batch_size", batch_size), ("train_stride", train_stride)):
+        for key, value in (
+            ("block_size", block_size),
+            ("batch_size", batch_size),
+            ("train_stride", train_stride),
+        ):
             if int(value) < 1:
                 raise UserError(f"data.{key}={value} must be a positive integer")
         self.path = path
@@ -83,7 +87,9 @@ class TextCorpusDataModule(L.LightningDataModule):
             try:
                 text = f.read_text(encoding="utf-8")
             except UnicodeDecodeError as e:
-                raise UserError(f"data.path file {str(f)!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+                raise UserError(
+                    f"data.path file {str(f)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
+                ) from None
             if not text.strip():
                 raise UserError(f"data.path file {str(f)!r} is empty")
             parts.append(text)
@@ -98,7 +104,9 @@ class TextCorpusDataModule(L.LightningDataModule):
         return self._split
 
     # -- tokens ----------------------------------------------------------------------------
-    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]]) -> None:
+    def attach(
+        self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]]
+    ) -> None:
         """Encode both splits with `tokenizer`; batches are made by the objective's `collate_fn`."""
         train, val = self.split_text()
         self.train_ids = torch.tensor(tokenizer.encode(train), dtype=torch.long)
@@ -122,7 +130,9 @@ class TextCorpusDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: Dataset, *, shuffle: bool) -> DataLoader:
         if self.collate_fn is None:
-            raise RuntimeError("attach(tokenizer, collate_fn) must be called before the loaders are built")
+            raise RuntimeError(
+                "attach(tokenizer, collate_fn) must be called before the loaders are built"
+            )
         return DataLoader(
             dataset,
             batch_size=self.batch_size,

@@ -22,7 +22,9 @@ def build_norm(name: str, d_model: int, *, eps: float, bias: bool) -> nn.Module:
 class FeedForward(nn.Module):
     """Position-wise FFN(x) = W2 act(W1 x) (Vaswani et al. 2017, eq. 2)."""
 
-    def __init__(self, *, d_model: int, d_ff: int, activation: str, dropout: float, bias: bool) -> None:
+    def __init__(
+        self, *, d_model: int, d_ff: int, activation: str, dropout: float, bias: bool
+    ) -> None:
         super().__init__()
         self.up = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
@@ -59,12 +61,20 @@ class Block(nn.Module):
         self.placement = placement
         self.attn_norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
         self.attn = MultiHeadAttention(
-            d_model=d_model, n_heads=n_heads, attn_dropout=attn_dropout, resid_dropout=dropout, bias=bias
+            d_model=d_model,
+            n_heads=n_heads,
+            attn_dropout=attn_dropout,
+            resid_dropout=dropout,
+            bias=bias,
         )
         self.ffn_norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias
+        )
 
-    def forward(self, x: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
         if self.placement == "pre":
             x = x + self.attn(self.attn_norm(x), mask=mask, is_causal=is_causal)
             return x + self.ffn(self.ffn_norm(x))

@@ -23,7 +23,9 @@ class DecoderOnly(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-        self.pos = build_positions(config.pos.name, d_model=config.d_model, max_positions=config.pos.max_positions)
+        self.pos = build_positions(
+            config.pos.name, d_model=config.d_model, max_positions=config.pos.max_positions
+        )
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(_block(config) for _ in range(config.n_layers))
         self.final_norm = (
@@ -32,7 +34,9 @@ class DecoderOnly(nn.Module):
             else nn.Identity()
         )
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = self.drop(self.pos(self.tok_emb(input_ids)))  # (B, T, C)
         mask = None if attention_mask is None else padding_mask(attention_mask)
         for block in self.blocks:
@@ -52,7 +56,9 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.backbone.tok_emb.weight  # Press & Wolf 2017
         init_weights(self, config)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """input_ids: (B, T) -> logits (B, T, V)."""
         return self.lm_head(self.backbone(input_ids, attention_mask))
 

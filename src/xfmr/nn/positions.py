@@ -26,7 +26,9 @@ class NoPositions(nn.Module):
 def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al. 2017, sec. 3.5)."""
     position = torch.arange(length, dtype=torch.float32)[:, None]  # (T, 1)
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
     table = torch.zeros(length, d_model)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
@@ -39,7 +41,9 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, *, d_model: int, max_positions: int | None = None) -> None:
         super().__init__()
         self.max_positions = max_positions or 8192
-        self.register_buffer("table", sinusoidal_table(self.max_positions, d_model), persistent=False)
+        self.register_buffer(
+            "table", sinusoidal_table(self.max_positions, d_model), persistent=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.table[: x.size(1)].to(x.dtype)

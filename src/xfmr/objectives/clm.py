@@ -29,10 +29,14 @@ class CausalLMObjective:
             labels[labels == self.pad_id] = IGNORE_INDEX
         return {"input_ids": ids[:, :-1], "labels": labels}
 
-    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (mean loss over counted tokens, logits (B, T, V))."""
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
+        )
         return loss, logits
 
     @staticmethod

@@ -79,7 +79,9 @@ def train_tokenizer(spec: TokenizerSpec, texts: Iterator[str]) -> TextTokenizer:
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tok.decoder = decoders.Fuse()
         trainer = trainers.WordLevelTrainer(
-            vocab_size=spec.vocab_size or 1_000_000, min_frequency=1, special_tokens=list(spec.special_tokens)
+            vocab_size=spec.vocab_size or 1_000_000,
+            min_frequency=1,
+            special_tokens=list(spec.special_tokens),
         )
     else:  # byte_bpe: GPT-2's byte-level BPE (Radford et al. 2019)
         tok = Tokenizer(models.BPE())

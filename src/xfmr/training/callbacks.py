@@ -30,13 +30,22 @@ class RunSummary(L.Callback):
         self.history: list[dict[str, Any]] = []
         self._last_end: float | None = None
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
+    ) -> None:
         now = time.perf_counter()
         self.tokens_per_step = int(batch["input_ids"].numel()) * trainer.world_size
         if self._last_end is not None:
             elapsed = (now - self._last_end) * 1000.0
             self.step_ms.append(elapsed)
-            pl_module.log("tok/s", self.tokens_per_step / (elapsed / 1000.0), prog_bar=True, on_step=True, on_epoch=False, rank_zero_only=True)
+            pl_module.log(
+                "tok/s",
+                self.tokens_per_step / (elapsed / 1000.0),
+                prog_bar=True,
+                on_step=True,
+                on_epoch=False,
+                rank_zero_only=True,
+            )
         self._last_end = now
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -51,11 +60,16 @@ class RunSummary(L.Callback):
         metrics = _scalar_metrics(trainer.callback_metrics)
         if self.monitor not in metrics:
             return
-        entry = {"step": trainer.global_step, **{k: v for k, v in metrics.items() if k.startswith("val/")}}
+        entry = {
+            "step": trainer.global_step,
+            **{k: v for k, v in metrics.items() if k.startswith("val/")},
+        }
         self.history.append(entry)
         value = metrics[self.monitor]
-        better = (value < self.best.get(self.monitor, float("inf"))) if self.mode == "min" else (
-            value > self.best.get(self.monitor, float("-inf"))
+        better = (
+            (value < self.best.get(self.monitor, float("inf")))
+            if self.mode == "min"
+            else (value > self.best.get(self.monitor, float("-inf")))
         )
         if better:
             self.best = entry
@@ -70,3 +84,55 @@ class RunSummary(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = state_dict.get("best", {})
         self.history = state_dict.get("history", [])
+
+
+class TextSample(L.Callback):
+    """Prints (and logs to the run's log file) a text sample when training ends, so a person
+    sees what the model learned. Skipped for models that are not causal LMs."""
+
+    def __init__(
+        self,
+        *,
+        prompt: str = "\n",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = 20,
+        seed: int = 0,
+    ) -> None:
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.seed = seed
+        self.tokenizer = None  # set by the run before fitting
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (
+            self.tokenizer is None
+            or trainer.global_rank != 0
+            or not hasattr(pl_module.model, "lm_head")
+        ):
+            return
+        import logging
+
+        import torch
+
+        from xfmr.generation import sample
+
+        ids = self.tokenizer.encode(self.prompt) or [0]
+        prompt = torch.tensor([ids], device=pl_module.device)
+        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
+        was_training = pl_module.training
+        pl_module.eval()
+        out = sample(
+            pl_module.model,
+            prompt,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            max_context=pl_module.model.config.pos.max_positions,
+            generator=generator,
+        )
+        pl_module.train(was_training)
+        text = self.tokenizer.decode(out[0].tolist())
+        logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)

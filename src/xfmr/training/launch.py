@@ -30,7 +30,11 @@ def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
     worker, the environment already names the rank and Lightning takes it from there.
     """
     strategy = str(trainer_cfg.get("strategy") or "auto")
-    if not strategy.startswith("ddp") or strategy.startswith("ddp_spawn") or strategy.startswith("ddp_notebook"):
+    if (
+        not strategy.startswith("ddp")
+        or strategy.startswith("ddp_spawn")
+        or strategy.startswith("ddp_notebook")
+    ):
         return 1
     if any(v in os.environ for v in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID")):
         return 1
@@ -86,7 +90,9 @@ class LocalDDPLauncher:
             log = open(self.log_dir / f"rank{rank}.log", "w")
             child_env = {**os.environ, **env, "LOCAL_RANK": str(rank), "RANK": str(rank)}
             cmd = [sys.executable, "-m", "xfmr.training.worker", str(self.config_path)]
-            self.children.append(subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT))
+            self.children.append(
+                subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT)
+            )
             log.close()
         threading.Thread(target=self._watch, daemon=True).start()
         return self

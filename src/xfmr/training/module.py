@@ -63,6 +63,13 @@ class XfmrModule(L.LightningModule):
         optimizer = self.optimizer_factory(groups)
         if self.scheduler_factory is None:
             return optimizer
-        total = self.trainer.max_steps if self.trainer.max_steps > 0 else int(self.trainer.estimated_stepping_batches)
+        total = (
+            self.trainer.max_steps
+            if self.trainer.max_steps > 0
+            else int(self.trainer.estimated_stepping_batches)
+        )
         scheduler = self.scheduler_factory(optimizer, total_steps=total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

@@ -39,7 +39,9 @@ def warmup_cosine(
     return LambdaLR(optimizer, _warmup_cosine_factor(warmup_steps, decay_steps, min_lr_ratio))
 
 
-def _warmup_cosine_factor(warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> Callable[[int], float]:
+def _warmup_cosine_factor(
+    warmup_steps: int, decay_steps: int, min_lr_ratio: float
+) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / (warmup_steps + 1)
@@ -51,6 +53,8 @@ def _warmup_cosine_factor(warmup_steps: int, decay_steps: int, min_lr_ratio: flo
     return factor
 
 
-def constant(optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 0) -> LambdaLR:
+def constant(
+    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 0
+) -> LambdaLR:
     """Linear warm-up, then the base lr."""
     return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)))

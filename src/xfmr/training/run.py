@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text_fingerprint
-from xfmr.training.callbacks import RunSummary
+from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.module import XfmrModule
 
@@ -32,7 +31,9 @@ RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.yaml"
 
 
-def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] = ()) -> dict[str, Any] | None:
+def train(
+    cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] = ()
+) -> dict[str, Any] | None:
     """Train the experiment `cfg` (fully resolved) in `cfg.paths.output_dir`.
 
     Returns the results written to `results.json` (None on DDP workers).
@@ -47,7 +48,10 @@ def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] 
     objective = instantiate(cfg.objective)
     tokenizer = prepare_tokenizer(cfg, datamodule, run_dir, cache_only=is_worker)
     datamodule.attach(tokenizer, objective.collate)
-    model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
+    model_config = {
+        **OmegaConf.to_container(cfg.model, resolve=True),
+        "vocab_size": tokenizer.vocab_size,
+    }
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
     if not is_worker:
         cfg.ckpt_path = ckpt_path
@@ -63,11 +67,19 @@ def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] 
     )
     summary = RunSummary()
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
-    launcher = LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp") if nprocs > 1 else nullcontext()
+    launcher = (
+        LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp")
+        if nprocs > 1
+        else nullcontext()
+    )
     with launcher:
+        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary]
+        for callback in callbacks:
+            if isinstance(callback, TextSample):
+                callback.tokenizer = tokenizer
         trainer = instantiate(
             cfg.trainer,
-            callbacks=[*_instantiate_all(cfg.get("callbacks")), summary],
+            callbacks=callbacks,
             logger=_instantiate_all(cfg.get("logger")) or False,
             default_root_dir=str(run_dir),
         )
@@ -80,7 +92,9 @@ def train(cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] 
         finish_loggers(trainer)
     if is_worker or trainer.global_rank != 0:
         return None
-    results = summarize(trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path)
+    results = summarize(
+        trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
+    )
     (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     return results
 
@@ -115,7 +129,9 @@ class _DropNoise(logging.Filter):
         return not any(noise in message for noise in _NOISE)
 
 
-def prepare_tokenizer(cfg: DictConfig, datamodule: Any, run_dir: Path, *, cache_only: bool = False) -> TextTokenizer:
+def prepare_tokenizer(
+    cfg: DictConfig, datamodule: Any, run_dir: Path, *, cache_only: bool = False
+) -> TextTokenizer:
     """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
     cached one for the same training text and settings, and copy it into the run directory."""
     own = run_dir / "tokenizer.json"
@@ -126,14 +142,24 @@ def prepare_tokenizer(cfg: DictConfig, datamodule: Any, run_dir: Path, *, cache_
     spec = TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
     train_text, _ = datamodule.split_text()
     tokenizer, cached = fit_or_load(
-        spec, iter([train_text]), data_fingerprint=text_fingerprint([train_text]), cache_dir=cfg.paths.cache_dir
+        spec,
+        iter([train_text]),
+        data_fingerprint=text_fingerprint([train_text]),
+        cache_dir=cfg.paths.cache_dir,
     )
-    log.info("tokenizer: %s, vocabulary %d (%s)", spec.kind, tokenizer.vocab_size, "cached" if cached else "trained")
+    log.info(
+        "tokenizer: %s, vocabulary %d (%s)",
+        spec.kind,
+        tokenizer.vocab_size,
+        "cached" if cached else "trained",
+    )
     tokenizer.save(own)
     return tokenizer
 
 
-def resolve_checkpoint(ckpt_path: str | None, run_dir: Path, model_config: dict[str, Any]) -> str | None:
+def resolve_checkpoint(
+    ckpt_path: str | None, run_dir: Path, model_config: dict[str, Any]
+) -> str | None:
     """`ckpt_path` if given, else the run directory's `last.ckpt` if present; checked before any
     training so a wrong file fails fast and nothing already saved is touched."""
     if not ckpt_path:
@@ -143,17 +169,31 @@ def resolve_checkpoint(ckpt_path: str | None, run_dir: Path, model_config: dict[
         ckpt_path = str(last)
     path = Path(ckpt_path)
     if not path.is_file():
-        raise UserError(f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train")
+        raise UserError(
+            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # any unreadable file: the message matters, not the type
-        raise UserError(f"ckpt_path={ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {e})") from None
-    saved = (checkpoint.get("hyper_parameters") or {}).get("model_config") if isinstance(checkpoint, dict) else None
+        raise UserError(
+            f"ckpt_path={ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {e})"
+        ) from None
+    saved = (
+        (checkpoint.get("hyper_parameters") or {}).get("model_config")
+        if isinstance(checkpoint, dict)
+        else None
+    )
     if saved is None or "state_dict" not in checkpoint:
-        raise UserError(f"ckpt_path={ckpt_path!r} is not an xfmr checkpoint (no model_config / state_dict)")
-    differs = sorted(k for k in set(saved) | set(model_config) if saved.get(k) != model_config.get(k))
+        raise UserError(
+            f"ckpt_path={ckpt_path!r} is not an xfmr checkpoint (no model_config / state_dict)"
+        )
+    differs = sorted(
+        k for k in set(saved) | set(model_config) if saved.get(k) != model_config.get(k)
+    )
     if differs:
-        detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs config {model_config.get(k)!r}" for k in differs)
+        detail = ", ".join(
+            f"{k}: checkpoint {saved.get(k)!r} vs config {model_config.get(k)!r}" for k in differs
+        )
         raise UserError(f"ckpt_path={ckpt_path!r} was trained with a different model ({detail})")
     return str(path)
 

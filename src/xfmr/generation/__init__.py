@@ -1,0 +1,5 @@
+"""Autoregressive decoding."""
+
+from xfmr.generation.sampling import sample
+
+__all__ = ["sample"]
