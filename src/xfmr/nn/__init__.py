@@ -7,18 +7,29 @@ against before anything heavy loads) does not pull in torch.
 from importlib import import_module
 
 _EXPORTS = {
+    "CrossAttention": "xfmr.nn.attention",
     "MultiHeadAttention": "xfmr.nn.attention",
     "causal_mask": "xfmr.nn.attention",
     "combine_masks": "xfmr.nn.attention",
+    "fold_masks": "xfmr.nn.attention",
     "padding_mask": "xfmr.nn.attention",
     "ModelConfig": "xfmr.nn.config",
     "PosConfig": "xfmr.nn.config",
+    "Encoder": "xfmr.nn.encoder",
+    "EncoderLM": "xfmr.nn.encoder",
+    "EncoderDecoder": "xfmr.nn.encoder_decoder",
+    "RMSNorm": "xfmr.nn.layers",
     "CausalLM": "xfmr.nn.models",
     "DecoderOnly": "xfmr.nn.models",
+    "MODELS": "xfmr.nn.models",
     "build_model": "xfmr.nn.models",
+    "init_weights": "xfmr.nn.weights",
     "POSITIONS": "xfmr.nn.positions",
     "build_positions": "xfmr.nn.positions",
+    "relative_position_bucket": "xfmr.nn.positions",
     "sinusoidal_table": "xfmr.nn.positions",
+    "RNNLM": "xfmr.nn.rnn",
+    "TransformerStack": "xfmr.nn.stack",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,22 +1,48 @@
-"""The shape of a model: one typed dataclass, checked and derived in one place."""
+"""The shape of a model: one typed dataclass, checked and derived in one place.
+
+This module imports no torch, so the CLI can check a composed config before anything heavy loads.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-ARCHS = ("decoder",)
-NORMS = ("layernorm",)
+ARCHS = ("decoder", "encoder", "encoder_decoder", "rnn")
+NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu", "relu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
+RNN_CELLS = ("gru", "lstm", "tanh")
+# The names of `xfmr.nn.positions.POSITIONS` (a test keeps the two in step).
+POS_NAMES = ("none", "sinusoidal", "learned", "relative", "rotary", "alibi")
+# Which positional schemes each architecture can use: an RNN orders tokens by recurrence.
+ARCH_POSITIONS = {
+    "decoder": POS_NAMES,
+    "encoder": POS_NAMES,
+    "encoder_decoder": POS_NAMES,
+    "rnn": ("none",),
+}
+# Segment (token-type) embeddings belong to an encoder stack (BERT).
+SEGMENT_ARCHS = ("encoder", "encoder_decoder")
 
 
 @dataclass
 class PosConfig:
-    """Positional scheme: `name` picks the class from `xfmr.nn.positions.POSITIONS`."""
+    """Positional scheme: `name` picks the class from `xfmr.nn.positions.POSITIONS`.
+
+    Args:
+        name: one of POS_NAMES.
+        max_positions: table size for `learned` (a hard limit) and `sinusoidal`; unused otherwise.
+        num_buckets: `relative` only: buckets of relative distance (T5: 32).
+        max_distance: `relative` only: distances at or beyond this share the last bucket (T5: 128).
+        rotary_base: `rotary` only: the base of the angle frequencies (RoFormer: 10000).
+    """
 
     name: str = "learned"
     max_positions: int | None = 1024
+    num_buckets: int = 32
+    max_distance: int = 128
+    rotary_base: float = 10000.0
 
 
 @dataclass
@@ -24,15 +50,17 @@ class ModelConfig:
     """Everything that decides a model's parameters and forward pass.
 
     `vocab_size` is known only once the tokenizer exists, so builders pass it in.
+    Fields that apply to one architecture only are ignored by the others, except where a
+    silent ignore would hide a mistake (positions on an RNN, segments on a decoder).
     """
 
     vocab_size: int
     arch: str = "decoder"
-    n_layers: int = 4
+    n_layers: int = 4  # encoder layers for encoder_decoder; recurrent layers for rnn
     n_heads: int = 4
-    d_model: int = 128
+    d_model: int = 128  # also the RNN's hidden size
     d_ff: int | None = None  # None: 4 * d_model (Vaswani et al. 2017, sec. 3.3)
-    dropout: float = 0.0  # on embeddings and residual branches
+    dropout: float = 0.0  # on embeddings and residual branches; between RNN layers
     attn_dropout: float = 0.0  # on attention weights
     activation: str = "gelu"
     norm: str = "layernorm"
@@ -41,6 +69,13 @@ class ModelConfig:
     bias: bool = True
     tie_embeddings: bool = True
     init_std: float = 0.02
+    attn_scale: bool = True  # False: no 1/sqrt(d_head) on scores (T5, Raffel et al. 2020)
+    type_vocab_size: int = 0  # segment embeddings (BERT); 0 = none
+    embed_norm: bool = False  # a norm after the summed embeddings (BERT)
+    n_decoder_layers: int | None = None  # encoder_decoder; None: n_layers
+    share_embeddings: bool = True  # encoder_decoder: source and target share one embedding
+    scale_logits: bool = False  # encoder_decoder: output * d_model**-0.5 before the LM head (T5)
+    rnn_cell: str = "lstm"
     pos: PosConfig = field(default_factory=PosConfig)
 
     def __post_init__(self) -> None:
@@ -48,11 +83,15 @@ class ModelConfig:
             self.pos = PosConfig(**self.pos)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
+        if self.n_decoder_layers is None:
+            self.n_decoder_layers = self.n_layers
         _check_choice("arch", self.arch, ARCHS)
         _check_choice("norm", self.norm, NORMS)
         _check_choice("placement", self.placement, PLACEMENTS)
         _check_choice("activation", self.activation, ACTIVATIONS)
-        for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff"):
+        _check_choice("rnn_cell", self.rnn_cell, RNN_CELLS)
+        _check_choice("pos.name", self.pos.name, POS_NAMES)
+        for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff", "n_decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.d_model % self.n_heads:
@@ -63,6 +102,40 @@ class ModelConfig:
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1)")
+        self._check_arch_fields()
+        self._check_positions()
+
+    def _check_arch_fields(self) -> None:
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size={self.type_vocab_size} must be >= 0 (0 = none)")
+        if self.type_vocab_size and self.arch not in SEGMENT_ARCHS:
+            raise ValueError(
+                f"type_vocab_size={self.type_vocab_size} with arch={self.arch!r}: segment "
+                f"embeddings need arch in {list(SEGMENT_ARCHS)}; set type_vocab_size=0"
+            )
+
+    def _check_positions(self) -> None:
+        pos, allowed = self.pos, ARCH_POSITIONS[self.arch]
+        if pos.name not in allowed:
+            raise ValueError(
+                f"pos.name={pos.name!r} does not apply to arch={self.arch!r}: "
+                f"arch={self.arch!r} accepts pos.name in {list(allowed)}"
+            )
+        if pos.name == "rotary" and self.head_dim % 2:
+            raise ValueError(
+                f"pos.name='rotary' rotates channel pairs and needs an even head dim, but "
+                f"d_model={self.d_model} / n_heads={self.n_heads} = {self.head_dim}"
+            )
+        if pos.name == "relative":
+            if pos.num_buckets < 4:
+                raise ValueError(f"pos.num_buckets={pos.num_buckets} must be >= 4")
+            if pos.max_distance <= pos.num_buckets // 2:
+                raise ValueError(
+                    f"pos.max_distance={pos.max_distance} must exceed pos.num_buckets // 2 = "
+                    f"{pos.num_buckets // 2} (the exactly-bucketed distances)"
+                )
+        if pos.name == "rotary" and pos.rotary_base <= 1.0:
+            raise ValueError(f"pos.rotary_base={pos.rotary_base} must be > 1")
 
     @property
     def head_dim(self) -> int:

@@ -1,25 +1,64 @@
-"""Absolute positional schemes; each adds a (T, C) signal to the token embeddings.
+"""Positional schemes, one class each, registered by name in POSITIONS.
 
-Adding a scheme: one class here, registered in POSITIONS, and one YAML file in conf/pos/.
+Each scheme has a `kind` saying where it acts, and implements the one hook that matches it:
+
+    absolute  `embed(x)`            adds a (T, C) signal to the token embeddings
+    bias      `attention_bias(T)`   an additive (1, H, T, T) attention bias, computed once per
+                                    stack per forward and shared by all of its layers
+    rotary    `rotation(T)`         (cos, sin) that rotate q and k inside every attention layer
+
+The other two hooks return their input / None, so a stack calls all three without asking
+which kind it holds. Every hook takes `offset`, the position of the first token (a KV cache
+will need it; the shift-invariance tests use it).
+
+Adding a scheme: one class here, registered in POSITIONS, its name in
+`xfmr.nn.config.POS_NAMES`, and one YAML file in conf/pos/.
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import nn
 
+Rotation = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, head_dim)
 
-class NoPositions(nn.Module):
+
+class PositionScheme(nn.Module):
+    """Base class: the three hooks, each a no-op unless the scheme's kind overrides it.
+
+    `options` names the `build_positions` arguments the scheme's constructor takes.
+    """
+
+    kind: ClassVar[str]
+    options: ClassVar[tuple[str, ...]]
+
+    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        return x
+
+    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor | None:
+        return None
+
+    def rotation(self, length: int, *, offset: int = 0) -> Rotation | None:
+        return None
+
+
+# --- absolute: added to the embeddings -------------------------------------------------------
+
+
+class NoPositions(PositionScheme):
     """No positional signal: attention alone is then permutation equivariant."""
 
+    kind = "absolute"
+    options = ("d_model", "max_positions")
     max_positions: int | None = None
 
     def __init__(self, *, d_model: int, max_positions: int | None = None) -> None:
         super().__init__()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return x
 
 
@@ -35,8 +74,11 @@ def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
     return table
 
 
-class SinusoidalPositions(nn.Module):
+class SinusoidalPositions(PositionScheme):
     """Fixed sinusoids; any length up to `max_positions` (a table size, not a learned limit)."""
+
+    kind = "absolute"
+    options = ("d_model", "max_positions")
 
     def __init__(self, *, d_model: int, max_positions: int | None = None) -> None:
         super().__init__()
@@ -45,12 +87,18 @@ class SinusoidalPositions(nn.Module):
             "table", sinusoidal_table(self.max_positions, d_model), persistent=False
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.table[: x.size(1)].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return x + self.table[offset : offset + x.size(1)].to(x.dtype)
+
+    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        return self(x, offset)
 
 
-class LearnedPositions(nn.Module):
+class LearnedPositions(PositionScheme):
     """A learned embedding per position (GPT, BERT); sequences longer than the table fail."""
+
+    kind = "absolute"
+    options = ("d_model", "max_positions")
 
     def __init__(self, *, d_model: int, max_positions: int | None = None) -> None:
         super().__init__()
@@ -59,21 +107,202 @@ class LearnedPositions(nn.Module):
         self.max_positions = max_positions
         self.embedding = nn.Embedding(max_positions, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        T = x.size(1)
-        if T > self.max_positions:
-            raise ValueError(f"sequence length {T} exceeds pos.max_positions={self.max_positions}")
-        return x + self.embedding.weight[:T]
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        end = offset + x.size(1)
+        if end > self.max_positions:
+            raise ValueError(
+                f"sequence length {end} exceeds pos.max_positions={self.max_positions}"
+            )
+        return x + self.embedding.weight[offset:end]
+
+    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        return self(x, offset)
 
 
-POSITIONS: dict[str, type[nn.Module]] = {
+# --- bias: added to the attention scores -----------------------------------------------------
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor,
+    *,
+    bidirectional: bool,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """T5's bucket for `relative_position = key_position - query_position` (Raffel et al. 2020,
+    sec. 2.1; Mesh TensorFlow `_relative_position_bucket`, reproduced operation for operation).
+
+    Bidirectional: half the buckets for keys after the query, half for keys at or before it.
+    Causal: every bucket for keys at or before the query; keys after it all fall in bucket 0
+    (the causal mask hides them anyway). Within a direction, distances below `max_exact` (half
+    that direction's buckets) each get their own bucket; larger ones are log-spaced up to
+    `max_distance`, and everything beyond shares the last bucket.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = num_buckets // 2
+    # float32 throughout, as in T5: the log can land just below an integer at exact powers.
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(distance < max_exact, distance, large)
+
+
+class RelativePositions(PositionScheme):
+    """T5 relative position bias: one learned scalar per (bucket, head) (Raffel et al. 2020).
+
+    Bidirectional in an encoder, causal in a decoder; cross-attention gets none.
+    """
+
+    kind = "bias"
+    options = ("n_heads", "bidirectional", "num_buckets", "max_distance")
+
+    def __init__(
+        self, *, n_heads: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+    ) -> None:
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.embedding = nn.Embedding(num_buckets, n_heads)  # HF T5: relative_attention_bias
+
+    def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """query_positions (T,), key_positions (S,) -> bias (1, H, T, S)."""
+        relative = key_positions[None, :] - query_positions[:, None]  # (T, S)
+        buckets = relative_position_bucket(
+            relative,
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, S)
+
+    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor:
+        positions = torch.arange(offset, offset + length, device=self.embedding.weight.device)
+        return self(positions, positions)
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Per-head slopes (Press et al. 2022, sec. 3): for n a power of two the geometric sequence
+    2^(-8/n), 2^(-16/n), ..., 2^(-8); otherwise the slopes for the nearest lower power of two
+    followed by every other slope of the next power of two (the paper's reference code)."""
+    exponent = math.floor(math.log2(n_heads))
+    closest = 2**exponent
+    start = 2.0 ** (-8.0 / closest)
+    slopes = [start ** (i + 1) for i in range(closest)]
+    if closest < n_heads:
+        slopes += alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+    return slopes
+
+
+class AlibiPositions(PositionScheme):
+    """ALiBi: a fixed bias -slope_h * |i - j| per head, no parameters (Press et al. 2022).
+
+    The paper's causal form is -slope * (i - j) for j <= i; under the causal mask that equals
+    -slope * |i - j|, so one symmetric form serves encoders (as in MosaicBERT) and decoders.
+    """
+
+    kind = "bias"
+    options = ("n_heads",)
+
+    def __init__(self, *, n_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+
+    def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """query_positions (T,), key_positions (S,) -> bias (1, H, T, S)."""
+        distance = (key_positions[None, :] - query_positions[:, None]).abs()  # (T, S)
+        return -self.slopes[None, :, None, None] * distance[None, None].float()  # (1, H, T, S)
+
+    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor:
+        positions = torch.arange(offset, offset + length, device=self.slopes.device)
+        return self(positions, positions)
+
+
+# --- rotary: rotates q and k -----------------------------------------------------------------
+
+
+class RotaryPositions(PositionScheme):
+    """RoPE (Su et al. 2021, RoFormer eq. 34): rotate each channel pair of q and k by the angle
+    position * base^(-2i/head_dim), so q.k depends on positions only through their difference.
+
+    Pairing convention: half-split, as in GPT-NeoX and HF LLaMA: channel i is paired with channel
+    i + head_dim/2 (RoFormer and GPT-J pair interleaved channels 2i and 2i+1). The two are one
+    fixed channel permutation of q and k apart, so equally expressive, but checkpoints need
+    their q/k rows permuted to move between them.
+    """
+
+    kind = "rotary"
+    options = ("d_model", "n_heads", "rotary_base")
+
+    def __init__(self, *, d_model: int, n_heads: int, rotary_base: float = 10000.0) -> None:
+        super().__init__()
+        head_dim = d_model // n_heads
+        if head_dim % 2:
+            raise ValueError(f"rotary positions need an even head dim, got {head_dim}")
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        self.register_buffer("inv_freq", rotary_base**-exponents, persistent=False)  # (hd/2,)
+
+    def forward(self, positions: torch.Tensor) -> Rotation:
+        """positions (T,) -> (cos, sin), each (T, head_dim), in float32."""
+        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, hd/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (T, hd): channels i and i + hd/2 share one
+        return angles.cos(), angles.sin()
+
+    def rotation(self, length: int, *, offset: int = 0) -> Rotation:
+        return self(torch.arange(offset, offset + length, device=self.inv_freq.device))
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (x_i, x_{i+d/2}) by each angle: x * cos + rotate_half(x) * sin.
+
+    x: (B, H, T, hd); cos, sin: (T, hd), broadcast over batch and heads.
+    """
+    half = x.size(-1) // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # (B, H, T, hd)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+POSITIONS: dict[str, type[PositionScheme]] = {
     "none": NoPositions,
     "sinusoidal": SinusoidalPositions,
     "learned": LearnedPositions,
+    "relative": RelativePositions,
+    "rotary": RotaryPositions,
+    "alibi": AlibiPositions,
 }
 
 
-def build_positions(name: str, *, d_model: int, max_positions: int | None) -> nn.Module:
+def build_positions(
+    name: str,
+    *,
+    d_model: int,
+    max_positions: int | None = None,
+    n_heads: int = 1,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+    rotary_base: float = 10000.0,
+) -> PositionScheme:
+    """Build scheme `name`, passing it the arguments it names in its `options`.
+
+    `bidirectional` is False for a decoder's causal self-attention (it matters to `relative`).
+    """
     if name not in POSITIONS:
         raise ValueError(f"pos.name={name!r} is not one of {sorted(POSITIONS)}")
-    return POSITIONS[name](d_model=d_model, max_positions=max_positions)
+    scheme = POSITIONS[name]
+    arguments = dict(
+        d_model=d_model,
+        max_positions=max_positions,
+        n_heads=n_heads,
+        bidirectional=bidirectional,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        rotary_base=rotary_base,
+    )
+    return scheme(**{key: arguments[key] for key in scheme.options})

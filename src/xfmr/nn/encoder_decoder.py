@@ -1,0 +1,88 @@
+"""Encoder-decoder models (Vaswani et al. 2017; T5, Raffel et al. 2020)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.encoder import Encoder
+from xfmr.nn.stack import TransformerStack
+from xfmr.nn.weights import ParameterCount, init_weights
+
+
+class EncoderDecoder(ParameterCount, nn.Module):
+    """An encoder stack, and a decoder stack whose layers run causal self-attention, attention
+    over the encoder's last layer, and an FFN; an output projection over the target vocabulary.
+
+    With `share_embeddings`, source and target use one embedding (Vaswani et al. 2017, sec. 3.4,
+    with a shared BPE vocabulary); with `tie_embeddings` the output projection is the target
+    embedding too. `scale_logits` multiplies the decoder output by d_model**-0.5 before the
+    projection (T5, which ties it). Each stack has its own positions: a relative bias is
+    bidirectional in the encoder and causal in the decoder; cross-attention has none.
+
+    `encode` and `decode` are exposed apart so that generation runs the encoder once.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.decoder = TransformerStack(
+            config,
+            n_layers=config.n_decoder_layers,
+            causal=True,
+            cross_attention=True,
+            tok_emb=self.encoder.tok_emb if config.share_embeddings else None,
+        )
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.decoder.tok_emb.weight  # Press & Wolf 2017
+        self.logit_scale = config.d_model**-0.5 if config.scale_logits else None
+        init_weights(self, config)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Source ids (B, S) -> encoder states (B, S, C)."""
+        return self.encoder(input_ids, attention_mask, token_type_ids)
+
+    def decode(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        *,
+        offset: int = 0,
+    ) -> torch.Tensor:
+        """Target ids (B, T) and encoder states (B, S, C) -> logits (B, T, V).
+
+        attention_mask: the source's (B, S); decoder_attention_mask: the target's (B, T).
+        """
+        hidden = self.decoder(
+            decoder_input_ids,
+            decoder_attention_mask,
+            context=encoder_states,
+            context_mask=attention_mask,
+            offset=offset,
+        )  # (B, T, C)
+        if self.logit_scale is not None:
+            hidden = hidden * self.logit_scale
+        return self.lm_head(hidden)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        decoder_input_ids: torch.Tensor,
+        decoder_attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Source (B, S) and target (B, T) ids with their attention masks -> logits (B, T, V)."""
+        encoder_states = self.encode(input_ids, attention_mask)
+        return self.decode(
+            decoder_input_ids, encoder_states, attention_mask, decoder_attention_mask
+        )

@@ -1,0 +1,140 @@
+"""One transformer stack: embeddings, positions, blocks, final norm. Every transformer arch
+(decoder-only, encoder, both halves of an encoder-decoder) is one or two of these."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xfmr.nn.attention import fold_masks, padding_mask
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.layers import Block, build_norm
+from xfmr.nn.positions import build_positions
+from xfmr.nn.weights import ParameterCount
+
+
+class TransformerStack(ParameterCount, nn.Module):
+    """Token (+ segment) embeddings and positions, a stack of blocks, a final norm (pre-LN only):
+    token ids in, hidden states (B, T, C) out.
+
+    A positional bias is computed once per forward and folded with the masks into the one
+    attention mask every layer uses; a rotation is likewise computed once and shared.
+
+    Args:
+        config: the model's shape.
+        n_layers: number of blocks.
+        causal: causal self-attention, and a unidirectional relative bias (a decoder).
+        cross_attention: blocks also attend to encoder states (an encoder-decoder's decoder).
+        type_vocab_size: number of segment embeddings (BERT); 0 = none.
+        tok_emb: a token embedding shared with another stack; None builds this stack's own.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        n_layers: int,
+        causal: bool,
+        cross_attention: bool = False,
+        type_vocab_size: int = 0,
+        tok_emb: nn.Embedding | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.causal = causal
+        self.cross_attention = cross_attention
+        self.tok_emb = (
+            tok_emb if tok_emb is not None else nn.Embedding(config.vocab_size, config.d_model)
+        )
+        self.type_emb = nn.Embedding(type_vocab_size, config.d_model) if type_vocab_size else None
+        self.pos = build_positions(
+            config.pos.name,
+            d_model=config.d_model,
+            max_positions=config.pos.max_positions,
+            n_heads=config.n_heads,
+            bidirectional=not causal,
+            num_buckets=config.pos.num_buckets,
+            max_distance=config.pos.max_distance,
+            rotary_base=config.pos.rotary_base,
+        )
+        self.embed_norm = _norm(config) if config.embed_norm else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(_block(config, cross_attention) for _ in range(n_layers))
+        self.final_norm = _norm(config) if config.placement == "pre" else nn.Identity()
+
+    def embed(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        offset: int = 0,
+    ) -> torch.Tensor:
+        """(B, T) ids -> (B, T, C): token + segment + absolute position, then the embedding norm."""
+        x = self.tok_emb(input_ids)  # (B, T, C)
+        if self.type_emb is not None:  # segment 0 when no ids are given, as in BERT
+            x = x + (
+                self.type_emb.weight[0] if token_type_ids is None else self.type_emb(token_type_ids)
+            )
+        x = self.pos.embed(x, offset=offset)
+        return x if self.embed_norm is None else self.embed_norm(x)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        context: torch.Tensor | None = None,
+        context_mask: torch.Tensor | None = None,
+        offset: int = 0,
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> hidden states (B, T, C).
+
+        attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        context, context_mask: encoder states (B, S, C) and the source's (B, S) attention mask,
+            for cross-attention. offset: the position of the first token.
+        """
+        if self.cross_attention and context is None:
+            raise ValueError("a stack with cross-attention needs the encoder states `context`")
+        x = self.drop(self.embed(input_ids, token_type_ids, offset=offset))  # (B, T, C)
+        T = x.size(1)
+        mask, is_causal = fold_masks(
+            None if attention_mask is None else padding_mask(attention_mask),
+            self.pos.attention_bias(T, offset=offset),  # (1, H, T, T) or None
+            is_causal=self.causal,
+            query_length=T,
+            key_length=T,
+        )
+        rotation = self.pos.rotation(T, offset=offset)
+        cross_mask = None if context_mask is None else padding_mask(context_mask)
+        for block in self.blocks:
+            x = block(
+                x,
+                mask=mask,
+                is_causal=is_causal,
+                rotation=rotation,
+                context=context,
+                context_mask=cross_mask,
+            )
+        return self.final_norm(x)
+
+
+def _norm(config: ModelConfig) -> nn.Module:
+    return build_norm(config.norm, config.d_model, eps=config.norm_eps, bias=config.bias)
+
+
+def _block(config: ModelConfig, cross_attention: bool) -> Block:
+    return Block(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_ff=config.d_ff,
+        activation=config.activation,
+        norm=config.norm,
+        norm_eps=config.norm_eps,
+        placement=config.placement,
+        dropout=config.dropout,
+        attn_dropout=config.attn_dropout,
+        bias=config.bias,
+        scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
+        cross_attention=cross_attention,
+    )
