@@ -88,7 +88,10 @@ class RunSummary(L.Callback):
 
 class TextSample(L.Callback):
     """Prints (and logs to the run's log file) a text sample when training ends, so a person
-    sees what the model learned. Skipped for models that are not causal LMs."""
+    sees what the model learned. Skipped for models that are not causal LMs.
+
+    `max_context` crops the context to what the model was trained on (the block size).
+    """
 
     def __init__(
         self,
@@ -97,12 +100,14 @@ class TextSample(L.Callback):
         max_new_tokens: int = 200,
         temperature: float = 0.8,
         top_k: int | None = 20,
+        max_context: int | None = None,
         seed: int = 0,
     ) -> None:
         self.prompt = prompt
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_k = top_k
+        self.max_context = max_context
         self.seed = seed
         self.tokenizer = None  # set by the run before fitting
 
@@ -130,7 +135,7 @@ class TextSample(L.Callback):
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
             top_k=self.top_k,
-            max_context=pl_module.model.config.pos.max_positions,
+            max_context=self.max_context,
             generator=generator,
         )
         pl_module.train(was_training)
