@@ -19,6 +19,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from xfmr.checks import model_config as model_config_for
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text_fingerprint
 from xfmr.training.callbacks import RunSummary, TextSample
@@ -48,10 +49,7 @@ def train(
     objective = instantiate(cfg.objective)
     tokenizer = prepare_tokenizer(cfg, datamodule, run_dir, cache_only=is_worker)
     datamodule.attach(tokenizer, objective.collate)
-    model_config = {
-        **OmegaConf.to_container(cfg.model, resolve=True),
-        "vocab_size": tokenizer.vocab_size,
-    }
+    model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
     if not is_worker:
         cfg.ckpt_path = ckpt_path
@@ -73,14 +71,17 @@ def train(
         else nullcontext()
     )
     with launcher:
+        loggers = _instantiate_all(cfg.get("logger"))
         callbacks = [*_instantiate_all(cfg.get("callbacks")), summary]
+        if not loggers:  # with logger=none there is nowhere to send learning rates
+            callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
         for callback in callbacks:
             if isinstance(callback, TextSample):
                 callback.tokenizer = tokenizer
         trainer = instantiate(
             cfg.trainer,
             callbacks=callbacks,
-            logger=_instantiate_all(cfg.get("logger")) or False,
+            logger=loggers or False,
             default_root_dir=str(run_dir),
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
