@@ -57,10 +57,18 @@ class XfmrModule(L.LightningModule):
         self.log("val/loss", self.val_loss, prog_bar=True)
         self.log("val/ppl", self.val_ppl)
 
+    def _mixed_precision_clipping(self) -> bool:
+        trainer = self.trainer
+        return "mixed" in str(trainer.precision) and bool(trainer.gradient_clip_val)
+
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
         groups = param_groups(self.model, weight_decay=float(defaults.get("weight_decay", 0.0)))
-        optimizer = self.optimizer_factory(groups)
+        extra = {}
+        if defaults.get("fused") and self._mixed_precision_clipping():
+            # Lightning cannot clip gradients that a fused optimizer unscales internally.
+            extra["fused"] = False
+        optimizer = self.optimizer_factory(groups, **extra)
         if self.scheduler_factory is None:
             return optimizer
         total = (
