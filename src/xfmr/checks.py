@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.data.files import text_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
+from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES
 from xfmr.text.tokenizers import TokenizerSpec
 
 _GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -24,6 +25,7 @@ def check_config(cfg: DictConfig) -> None:
                 f"config has no `{key}` section: compose it from the {key} group or set it"
             )
     model = model_config(cfg, vocab_size=1)
+    check_objective(cfg, model)
     check_positions(cfg, model)
     check_tokenizer(cfg)
     if cfg.data.get("path", "absent") != "absent":
@@ -38,6 +40,23 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
         return ModelConfig.from_dict(values)
     except (TypeError, ValueError) as e:
         raise UserError(f"model: {e}") from None
+
+
+def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
+    """The objective can train the architecture (no causal LM on a bidirectional encoder)."""
+    name = str(cfg.objective.get("_target_", "")).rsplit(".", 1)[-1]
+    archs = OBJECTIVE_ARCHS.get(name)
+    if archs is not None and model.arch not in archs:
+        serving = [OBJECTIVE_CHOICES[n] for n, a in OBJECTIVE_ARCHS.items() if model.arch in a]
+        raise UserError(
+            f"objective={OBJECTIVE_CHOICES.get(name, name)} cannot train arch={model.arch}: "
+            f"it needs arch in {list(archs)}"
+            + (
+                f"; arch={model.arch} is trained by objective in {serving}"
+                if serving
+                else f"; no objective shipped yet trains arch={model.arch}"
+            )
+        )
 
 
 def check_positions(cfg: DictConfig, model: ModelConfig) -> None:

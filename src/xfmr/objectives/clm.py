@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xfmr.objectives.archs import OBJECTIVE_ARCHS
+
 IGNORE_INDEX = -100
 
 
@@ -17,7 +19,7 @@ class CausalLMObjective:
     """
 
     name = "clm"
-    supported_archs = ("decoder",)
+    supported_archs = OBJECTIVE_ARCHS["CausalLMObjective"]
 
     def __init__(self, *, pad_id: int | None = None) -> None:
         self.pad_id = pad_id
