@@ -23,8 +23,8 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
     elapsed = time.perf_counter() - started
     assert result.returncode == 0, result.output
     for line in (
-        "arch: decoder",
-        "pos: learned, none, sinusoidal",
+        "arch: decoder, encoder, encoder_decoder, rnn",
+        "pos: alibi, learned, none, relative, rotary, sinusoidal",
         "experiment: nanogpt_shakespeare_char",
     ):
         assert line in result.stdout
@@ -35,7 +35,7 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["pos=rotaryy"], ["pos='rotaryy'", "learned, none, sinusoidal"]),
+        (["pos=rotaryy"], ["pos='rotaryy'", "alibi, learned, none, relative, rotary, sinusoidal"]),
         (["-m", "arch=decoder,encodr"], ["arch='encodr'", "decoder"]),
         (["model.d_modle=64"], ["d_modle"]),
         (["size=tiny", "model.n_heads=3"], ["d_model=64", "n_heads=3", "[1, 2, 4, 8, 16, 32, 64]"]),

@@ -1,5 +1,7 @@
 """What a batch becomes and what the loss is."""
 
 from xfmr.objectives.clm import IGNORE_INDEX, CausalLMObjective
+from xfmr.objectives.mlm import MaskedLMObjective
+from xfmr.objectives.span_corruption import SpanCorruptionObjective
 
-__all__ = ["IGNORE_INDEX", "CausalLMObjective"]
+__all__ = ["IGNORE_INDEX", "CausalLMObjective", "MaskedLMObjective", "SpanCorruptionObjective"]

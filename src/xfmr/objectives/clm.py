@@ -24,6 +24,11 @@ class CausalLMObjective:
     def __init__(self, *, pad_id: int | None = None) -> None:
         self.pad_id = pad_id
 
+    required_special_tokens: tuple[str, ...] = ()
+
+    def bind(self, tokenizer) -> None:
+        """Nothing to take from the tokenizer: blocks of text are never padded."""
+
     def collate(self, blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         ids = torch.stack(blocks)  # (B, T + 1)
         labels = ids[:, 1:].clone()

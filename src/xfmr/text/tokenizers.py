@@ -61,6 +61,9 @@ class TextTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def special_ids(self) -> set[int]:
+        return {i for i, t in self.tokenizer.get_added_tokens_decoder().items() if t.special}
+
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
 

@@ -115,7 +115,8 @@ class TextSample(L.Callback):
         if (
             self.tokenizer is None
             or trainer.global_rank != 0
-            or not hasattr(pl_module.model, "lm_head")
+            or getattr(getattr(pl_module.model, "config", None), "arch", None)
+            not in ("decoder", "rnn")
         ):
             return
         import logging

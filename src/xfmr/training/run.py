@@ -47,7 +47,14 @@ def train(
 
     datamodule = instantiate(cfg.data)
     objective = instantiate(cfg.objective)
-    tokenizer = prepare_tokenizer(cfg, datamodule, run_dir, cache_only=is_worker)
+    tokenizer = prepare_tokenizer(
+        cfg,
+        datamodule,
+        run_dir,
+        cache_only=is_worker,
+        special_tokens=objective.required_special_tokens,
+    )
+    objective.bind(tokenizer)
     datamodule.attach(tokenizer, objective.collate)
     model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
@@ -131,7 +138,12 @@ class _DropNoise(logging.Filter):
 
 
 def prepare_tokenizer(
-    cfg: DictConfig, datamodule: Any, run_dir: Path, *, cache_only: bool = False
+    cfg: DictConfig,
+    datamodule: Any,
+    run_dir: Path,
+    *,
+    cache_only: bool = False,
+    special_tokens: tuple[str, ...] = (),
 ) -> TextTokenizer:
     """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
     cached one for the same training text and settings, and copy it into the run directory."""
@@ -140,7 +152,11 @@ def prepare_tokenizer(
         return TextTokenizer.load(own)
     if cache_only:
         raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
-    spec = TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
+    settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
+    own = list(settings.get("special_tokens") or [])
+    settings["special_tokens"] = own + [t for t in special_tokens if t not in own]
+    spec = TokenizerSpec(**settings)
     train_text, _ = datamodule.split_text()
     tokenizer, cached = fit_or_load(
         spec,

@@ -1,0 +1,139 @@
+"""T5's span corruption (Raffel et al. 2020, sec. 3.1.4): drop ~15% of the tokens in spans of
+mean length 3; the input keeps the rest with one sentinel per dropped span, the target lists
+each sentinel followed by its span and ends with a final sentinel and </s>."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xfmr.objectives.archs import OBJECTIVE_ARCHS
+from xfmr.objectives.clm import IGNORE_INDEX
+
+
+def sentinel(index: int) -> str:
+    return f"<extra_id_{index}>"
+
+
+def _random_partition(total: int, parts: int, generator: torch.Generator | None) -> list[int]:
+    """`total` split into `parts` positive lengths, uniformly over such splits."""
+    cuts = torch.randperm(total - 1, generator=generator)[: parts - 1].add(1).sort().values.tolist()
+    edges = [0, *cuts, total]
+    return [b - a for a, b in zip(edges, edges[1:], strict=False)]
+
+
+def noise_spans(
+    length: int,
+    *,
+    noise_density: float,
+    mean_span_length: float,
+    generator: torch.Generator | None = None,
+) -> list[tuple[int, int]]:
+    """[(start, end), ...] of the dropped spans: round(length * density) tokens in
+    round(noise / mean_span_length) spans, kept and dropped runs alternating (T5's
+    random_spans_noise_mask), starting with a kept run."""
+    n_noise = min(max(1, round(length * noise_density)), length - 1)
+    n_spans = max(1, round(n_noise / mean_span_length))
+    n_spans = min(n_spans, n_noise, length - n_noise)
+    noise = _random_partition(n_noise, n_spans, generator)
+    keep = _random_partition(length - n_noise, n_spans, generator)
+    spans, position = [], 0
+    for kept, dropped in zip(keep, noise, strict=True):
+        position += kept
+        spans.append((position, position + dropped))
+        position += dropped
+    return spans
+
+
+def corrupt(
+    ids: list[int], spans: list[tuple[int, int]], sentinel_ids: list[int], eos_id: int
+) -> tuple[list[int], list[int]]:
+    """(input, target) for one sequence; span k becomes sentinel k."""
+    if len(spans) >= len(sentinel_ids):
+        raise ValueError(
+            f"{len(spans)} spans need more than objective.n_sentinels={len(sentinel_ids)} sentinels"
+        )
+    source, target, previous = [], [], 0
+    for k, (start, end) in enumerate(spans):
+        source += [*ids[previous:start], sentinel_ids[k]]
+        target += [sentinel_ids[k], *ids[start:end]]
+        previous = end
+    source += ids[previous:]
+    target += [sentinel_ids[len(spans)], eos_id]
+    return source, target
+
+
+class SpanCorruptionObjective:
+    """Span corruption on blocks of text for an encoder-decoder; decoder inputs are the targets
+    shifted right behind a start token (<pad>, as in T5)."""
+
+    name = "span_corruption"
+    supported_archs = OBJECTIVE_ARCHS["SpanCorruptionObjective"]
+
+    def __init__(
+        self, *, noise_density: float = 0.15, mean_span_length: float = 3.0, n_sentinels: int = 100
+    ) -> None:
+        if not 0.0 < noise_density < 1.0:
+            raise ValueError(f"objective.noise_density={noise_density} must lie in (0, 1)")
+        if mean_span_length < 1:
+            raise ValueError(f"objective.mean_span_length={mean_span_length} must be >= 1")
+        self.noise_density = noise_density
+        self.mean_span_length = mean_span_length
+        self.n_sentinels = n_sentinels
+        self.required_special_tokens = ("<pad>", "</s>", *(sentinel(i) for i in range(n_sentinels)))
+        self.pad_id = self.eos_id = None
+        self.sentinel_ids: list[int] = []
+
+    def bind(self, tokenizer) -> None:
+        self.pad_id = tokenizer.token_to_id("<pad>")
+        self.eos_id = tokenizer.token_to_id("</s>")
+        self.sentinel_ids = [tokenizer.token_to_id(sentinel(i)) for i in range(self.n_sentinels)]
+
+    def collate(self, blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        sources, targets = [], []
+        for block in blocks:
+            ids = block[:-1].tolist()
+            spans = noise_spans(
+                len(ids), noise_density=self.noise_density, mean_span_length=self.mean_span_length
+            )
+            source, target = corrupt(ids, spans, self.sentinel_ids, self.eos_id)
+            sources.append(source)
+            targets.append(target)
+        input_ids, attention_mask = _pad(sources, self.pad_id)
+        labels, decoder_mask = _pad(targets, self.pad_id)
+        decoder_input_ids = torch.cat(
+            [torch.full_like(labels[:, :1], self.pad_id), labels[:, :-1]], dim=1
+        )
+        labels = labels.masked_fill(decoder_mask == 0, IGNORE_INDEX)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "decoder_input_ids": decoder_input_ids,
+            "decoder_attention_mask": decoder_mask,
+            "labels": labels,
+        }
+
+    def forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["decoder_input_ids"],
+            batch["decoder_attention_mask"],
+        )
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
+        )
+        return loss, logits
+
+
+def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    return ids, mask
