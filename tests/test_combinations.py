@@ -72,6 +72,7 @@ def test_valid_combination_trains_two_steps(
     results = train(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
     assert results["step"] == 2
     assert math.isfinite(results["metrics"]["val/loss"])
+    assert (tmp_path / "run" / "tokenizer.json").is_file()
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
     built = checkpoint["hyper_parameters"]["model_config"]
     assert (built["arch"], built["pos"]["name"]) == (arch, pos), "the composed choices were built"

@@ -154,8 +154,8 @@ def prepare_tokenizer(
         raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
     settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
     # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
-    own = list(settings.get("special_tokens") or [])
-    settings["special_tokens"] = own + [t for t in special_tokens if t not in own]
+    listed = list(settings.get("special_tokens") or [])
+    settings["special_tokens"] = listed + [t for t in special_tokens if t not in listed]
     spec = TokenizerSpec(**settings)
     train_text, _ = datamodule.split_text()
     tokenizer, cached = fit_or_load(
