@@ -11,7 +11,7 @@ from typing import Any
 ARCHS = ("decoder", "encoder", "encoder_decoder", "rnn")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
 # The names of `xfmr.nn.positions.POSITIONS` (a test keeps the two in step).
 POS_NAMES = ("none", "sinusoidal", "learned", "relative", "rotary", "alibi")

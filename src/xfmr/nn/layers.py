@@ -54,6 +54,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "swiglu": Activation(nn.SiLU, gated=True),  # Shazeer 2020; LLaMA
     # Shazeer 2020 uses exact GELU; T5 v1.1's "gated-gelu" uses the tanh form (`gelu_new`).
     "geglu": Activation(nn.GELU, gated=True),
+    "geglu_tanh": Activation(lambda: nn.GELU(approximate="tanh"), gated=True),  # T5 v1.1
 }
 
 

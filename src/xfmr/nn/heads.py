@@ -1,0 +1,140 @@
+"""Task heads on an encoder's hidden states, and BERT's pre-training model (Devlin et al. 2019).
+
+`MLMHead` predicts masked tokens at every position; `Pooler` summarises a sequence by its first
+token; `SequenceClassifier` maps that summary to classes (next-sentence prediction is the two-class
+case). `EncoderPretraining` puts the three on an `Encoder`, with BERT's layout, so a
+`BertForPreTraining` checkpoint maps onto it one tensor to one tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.encoder import Encoder
+from xfmr.nn.layers import ACTIVATIONS, build_norm
+from xfmr.nn.weights import ParameterCount, init_weights
+
+
+class MLMHead(nn.Module):
+    """BERT's masked-LM head: dense d -> d, activation, norm, then a projection onto the
+    vocabulary with an output-only bias per token (Devlin et al. 2019; `BertLMPredictionHead`).
+
+    Args:
+        d_model: width of the hidden states.
+        vocab_size: number of output tokens.
+        activation: a non-gated name from `xfmr.nn.layers.ACTIVATIONS` (BERT: the FFN's).
+        norm: a name from `xfmr.nn.layers.NORMS`.
+        norm_eps: the norm's epsilon.
+        bias: whether the dense layer and the norm carry a bias (the output bias always exists).
+        embedding: a token embedding to tie the output projection to (Press & Wolf 2017);
+            None gives the projection its own weight.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        vocab_size: int,
+        *,
+        activation: str,
+        norm: str,
+        norm_eps: float,
+        bias: bool = True,
+        embedding: nn.Embedding | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS or ACTIVATIONS[activation].gated:
+            plain = sorted(name for name, act in ACTIVATIONS.items() if not act.gated)
+            raise ValueError(f"MLMHead activation={activation!r} must be one of {plain}")
+        self.dense = nn.Linear(d_model, d_model, bias=bias)
+        self.act = ACTIVATIONS[activation].make()
+        self.norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
+        self.decoder = nn.Linear(d_model, vocab_size, bias=False)
+        if embedding is not None:
+            self.decoder.weight = embedding.weight
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: (B, T, C) -> logits (B, T, V)."""
+        return self.decoder(self.norm(self.act(self.dense(hidden)))) + self.bias
+
+
+class Pooler(nn.Module):
+    """The first token's hidden state through dense + tanh (BERT's `[CLS]` summary).
+
+    Args:
+        d_model: width of the hidden states.
+        bias: whether the dense layer carries a bias.
+    """
+
+    def __init__(self, d_model: int, *, bias: bool = True) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: (B, T, C) -> pooled (B, C)."""
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class SequenceClassifier(nn.Module):
+    """Dropout and one linear layer from a pooled summary to class logits.
+
+    With `n_classes=2` on BERT's pooled output this is its next-sentence head (`seq_relationship`,
+    which has no dropout in `BertForPreTraining`).
+
+    Args:
+        d_model: width of the pooled summary.
+        n_classes: number of classes.
+        dropout: dropout on the summary before the projection.
+    """
+
+    def __init__(self, d_model: int, n_classes: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        if n_classes < 1:
+            raise ValueError(f"n_classes={n_classes} must be a positive integer")
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, n_classes)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """pooled: (B, C) -> logits (B, n_classes)."""
+        return self.proj(self.dropout(pooled))
+
+
+class EncoderPretraining(ParameterCount, nn.Module):
+    """BERT pre-training (Devlin et al. 2019, sec. 3.1): an Encoder, a masked-LM head tied to the
+    token embedding when `tie_embeddings`, and next-sentence prediction on the pooled first token.
+
+    Args:
+        config: the model's shape; `arch` should be "encoder".
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Encoder(config)
+        self.mlm = MLMHead(
+            config.d_model,
+            config.vocab_size,
+            activation=config.activation,
+            norm=config.norm,
+            norm_eps=config.norm_eps,
+            bias=config.bias,
+            embedding=self.backbone.tok_emb if config.tie_embeddings else None,
+        )
+        self.pooler = Pooler(config.d_model, bias=config.bias)
+        self.nsp = SequenceClassifier(config.d_model, 2)
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids (B, T) -> (mlm_logits (B, T, V), nsp_logits (B, 2)).
+
+        attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        """
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        return self.mlm(hidden), self.nsp(self.pooler(hidden))
