@@ -25,8 +25,9 @@ def check_config(cfg: DictConfig) -> None:
                 f"config has no `{key}` section: compose it from the {key} group or set it"
             )
     model = model_config(cfg, vocab_size=1)
-    check_objective(cfg, model)
-    check_positions(cfg, model)
+    if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
+        check_objective(cfg, model)
+        check_positions(cfg, model)
     check_tokenizer(cfg)
     if cfg.data.get("path", "absent") != "absent":
         text_files(cfg.data.path)

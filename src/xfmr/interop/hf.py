@@ -16,7 +16,7 @@ Settings xfmr cannot reproduce are refused with a ValueError naming the HF field
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +395,19 @@ def _family_of(hf_model: nn.Module) -> Family:
 # --- public API ------------------------------------------------------------------------------
 
 
+# Fields a fine-tuning run may choose for itself: they change training, not the function.
+TRAINING_ONLY = ("dropout", "attn_dropout", "init_std")
+
+
+def hf_model_config(path: str | Path, **training: Any) -> ModelConfig:
+    """The ModelConfig of the checkpoint in local directory `path`, with `training` (some of
+    TRAINING_ONLY, e.g. a fine-tuning run's dropout) replacing the checkpoint's values."""
+    unknown = sorted(set(training) - set(TRAINING_ONLY))
+    if unknown:
+        raise ValueError(f"{unknown} are not training-only fields; those are {list(TRAINING_ONLY)}")
+    return replace(config_from_hf(_load_hf_config(path)), **training)
+
+
 def config_from_hf(hf_config: Any) -> ModelConfig:
     """The ModelConfig of a transformers GPT2Config, BertConfig or T5Config.
 
@@ -462,7 +475,11 @@ def load_into(model: nn.Module, path: str | Path) -> nn.Module:
             f"{path} holds a {family.hf_class}, which loads into {family.model.__name__}, "
             f"not {type(model).__name__}"
         )
-    differences = config_differences(model.config, config_from_hf(hf_config))
+    differences = [
+        d
+        for d in config_differences(model.config, config_from_hf(hf_config))
+        if d[0] not in TRAINING_ONLY
+    ]
     if differences:
         listed = "; ".join(
             f"{key}={ours!r} (checkpoint: {theirs!r})" for key, ours, theirs in differences

@@ -47,16 +47,21 @@ def train(
 
     datamodule = instantiate(cfg.data)
     objective = instantiate(cfg.objective)
+    hf_dir = hf_checkpoint(cfg.get("init_from"))
     tokenizer = prepare_tokenizer(
         cfg,
         datamodule,
         run_dir,
         cache_only=is_worker,
         special_tokens=objective.required_special_tokens,
+        pretrained=hf_dir / "tokenizer.json" if hf_dir else None,
     )
     objective.bind(tokenizer)
     datamodule.attach(tokenizer, objective.collate)
-    model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
+    if hf_dir:
+        model_config = pretrained_model_config(cfg, hf_dir, objective).to_dict()
+    else:
+        model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
     if not is_worker:
         cfg.ckpt_path = ckpt_path
@@ -70,6 +75,8 @@ def train(
         optimizer=instantiate(cfg.optim),
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
     )
+    if hf_dir and not ckpt_path:
+        load_pretrained_weights(module, hf_dir)
     summary = RunSummary()
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
     launcher = (
@@ -144,12 +151,17 @@ def prepare_tokenizer(
     *,
     cache_only: bool = False,
     special_tokens: tuple[str, ...] = (),
+    pretrained: Path | None = None,
 ) -> TextTokenizer:
     """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
     cached one for the same training text and settings, and copy it into the run directory."""
     own = run_dir / "tokenizer.json"
     if own.is_file():
         return TextTokenizer.load(own)
+    if pretrained is not None:  # the checkpoint's own vocabulary
+        tokenizer = TextTokenizer.load(pretrained)
+        tokenizer.save(own)
+        return tokenizer
     if cache_only:
         raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
     settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
@@ -172,6 +184,57 @@ def prepare_tokenizer(
     )
     tokenizer.save(own)
     return tokenizer
+
+
+def hf_checkpoint(init_from: str | None) -> Path | None:
+    """`init_from=hf:PATH`: a local Hugging Face checkpoint directory with its tokenizer.json."""
+    if not init_from:
+        return None
+    if not str(init_from).startswith("hf:"):
+        raise UserError(
+            f"init_from={init_from!r}: give hf:PATH, a local Hugging Face checkpoint directory"
+        )
+    path = Path(str(init_from)[3:]).expanduser()
+    for needed in ("config.json", "tokenizer.json"):
+        if not (path / needed).is_file():
+            raise UserError(
+                f"init_from={init_from!r}: {path / needed} is missing (save_pretrained writes both)"
+            )
+    return path
+
+
+def pretrained_model_config(cfg: DictConfig, hf_dir: Path, objective: Any) -> Any:
+    """The checkpoint's model, with this run's dropout; checked against the objective."""
+    from xfmr.interop.hf import hf_model_config
+
+    try:
+        config = hf_model_config(
+            hf_dir, dropout=cfg.model.dropout, attn_dropout=cfg.model.attn_dropout
+        )
+    except ValueError as e:
+        raise UserError(f"init_from=hf:{hf_dir}: {e}") from None
+    limit = config.pos.max_positions if config.pos.name == "learned" else None
+    if limit is not None and cfg.data.get("block_size", 0) > limit:
+        raise UserError(
+            f"data.block_size={cfg.data.block_size} is longer than the {limit} learned positions "
+            f"of init_from=hf:{hf_dir}"
+        )
+    if config.arch not in objective.supported_archs:
+        raise UserError(
+            f"init_from=hf:{hf_dir} is an arch={config.arch} model; objective={objective.name} "
+            f"trains arch in {list(objective.supported_archs)}"
+        )
+    return config
+
+
+def load_pretrained_weights(module: XfmrModule, hf_dir: Path) -> None:
+    from xfmr.interop.hf import load_into
+
+    try:
+        load_into(module.model, hf_dir)
+    except ValueError as e:
+        raise UserError(f"init_from=hf:{hf_dir}: {e}") from None
+    log.info("initialised every weight from %s", hf_dir)
 
 
 def resolve_checkpoint(

@@ -1,0 +1,98 @@
+"""`init_from=hf:PATH`: a run starts from a local Hugging Face checkpoint and its tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from conftest import CORPUS
+from xfmr.errors import UserError
+from xfmr.paths import config_dir
+from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt2_checkpoint(path: Path) -> transformers.GPT2LMHeadModel:
+    tokenizer = train_tokenizer(TokenizerSpec(kind="char"), iter([CORPUS]))
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=tokenizer.vocab_size, n_positions=32, n_embd=32, n_layer=2, n_head=4
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(path)
+    tokenizer.save(path / "tokenizer.json")
+    return model
+
+
+def _cfg(tmp_path: Path, overrides: list[str]):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "data=text",
+                f"data.path={corpus}",
+                "data.block_size=16",
+                "data.batch_size=4",
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=2",
+                "trainer.limit_val_batches=1",
+                "trainer.num_sanity_val_steps=0",
+                "trainer.enable_progress_bar=false",
+                "callbacks.progress_bar=null",
+                "logger=none",
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path / 'run'}",
+                *overrides,
+            ],
+        )
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_run_starts_from_the_checkpoint_weights(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    hf = _gpt2_checkpoint(tmp_path / "gpt2")
+    # lr 0: the saved weights are the loaded ones.
+    cfg = _cfg(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "optim.lr=0.0", "schedule=constant"])
+    results = train(cfg)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    weights = state["state_dict"]
+    hf_weights = hf.state_dict()
+    assert torch.equal(
+        weights["model.backbone.tok_emb.weight"], hf_weights["transformer.wte.weight"]
+    )
+    assert torch.equal(
+        weights["model.backbone.blocks.1.attn.qkv.weight"],
+        hf_weights["transformer.h.1.attn.c_attn.weight"].T,  # GPT-2's Conv1D stores (in, out)
+    )
+    assert (tmp_path / "run" / "tokenizer.json").read_text() == (
+        tmp_path / "gpt2" / "tokenizer.json"
+    ).read_text()
+    assert results["n_parameters"] == sum(p.numel() for p in hf.parameters())
+
+
+def test_block_longer_than_checkpoint_positions_is_refused(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    _gpt2_checkpoint(tmp_path / "gpt2")
+    cfg = _cfg(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "data.block_size=64"])
+    with pytest.raises(UserError, match="data.block_size=64 .* 32 learned positions"):
+        train(cfg)
+
+
+def test_missing_checkpoint_files_are_named(tmp_path: Path) -> None:
+    from xfmr.training.run import hf_checkpoint
+
+    with pytest.raises(UserError, match="config.json is missing"):
+        hf_checkpoint(f"hf:{tmp_path}")
+    with pytest.raises(UserError, match="give hf:PATH"):
+        hf_checkpoint(str(tmp_path))
