@@ -11,6 +11,13 @@ from xfmr.objectives.archs import OBJECTIVE_ARCHS
 IGNORE_INDEX = -100
 
 
+def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the tokens whose label is not IGNORE_INDEX; logits (B, T, V)."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX
+    )
+
+
 class CausalLMObjective:
     """Turns blocks of `T + 1` tokens into (inputs, targets shifted by one) and scores logits.
 
@@ -41,9 +48,7 @@ class CausalLMObjective:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (mean loss over counted tokens, logits (B, T, V))."""
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
-        )
+        loss = token_loss(logits, batch["labels"])
         return loss, logits
 
     @staticmethod

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.clm import IGNORE_INDEX
+from xfmr.objectives.clm import IGNORE_INDEX, token_loss
 
 
 def mask_tokens(
@@ -91,7 +90,5 @@ class MaskedLMObjective:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
-        )
+        loss = token_loss(logits, batch["labels"])
         return loss, logits

@@ -5,11 +5,10 @@ each sentinel followed by its span and ends with a final sentinel and </s>."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.clm import IGNORE_INDEX
+from xfmr.objectives.clm import IGNORE_INDEX, token_loss
 
 
 def sentinel(index: int) -> str:
@@ -123,9 +122,7 @@ class SpanCorruptionObjective:
             batch["decoder_input_ids"],
             batch["decoder_attention_mask"],
         )
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
-        )
+        loss = token_loss(logits, batch["labels"])
         return loss, logits
 
 
