@@ -114,3 +114,35 @@ def test_warmup_cosine_decays_over_total_steps_by_default() -> None:
         scheduler.step()
     assert math.isclose(lrs[10], 1.0) and math.isclose(lrs[50], 0.1) and math.isclose(lrs[51], 0.1)
     assert all(a > b for a, b in zip(lrs[10:50], lrs[11:51], strict=True))
+
+
+def _lrs(make, steps: int, lr: float = 1.0) -> list[float]:
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
+    scheduler = make(optimizer)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def test_noam_is_the_papers_formula() -> None:
+    """lr = d^-0.5 * min(step^-0.5, step * warmup^-1.5), step from 1 (Vaswani et al. eq. 3)."""
+    from xfmr.training.optim import noam
+
+    lrs = _lrs(lambda o: noam(o, total_steps=0, d_model=512, warmup_steps=4000), 10000, lr=2.0)
+    for step in (1, 2, 100, 3999, 4000, 4001, 9999):
+        expected = 2.0 * 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert math.isclose(lrs[step - 1], expected, rel_tol=1e-12), step
+    assert max(range(len(lrs)), key=lrs.__getitem__) == 3999, "peak at step = warmup"
+
+
+def test_inverse_sqrt_and_linear_schedules() -> None:
+    from xfmr.training.optim import inverse_sqrt, linear
+
+    lrs = _lrs(lambda o: inverse_sqrt(o, total_steps=0, warmup_steps=10), 40)
+    assert lrs[9] == 1.0 and math.isclose(lrs[39], math.sqrt(10 / 40))
+    assert lrs[:10] == sorted(lrs[:10])
+    lrs = _lrs(lambda o: linear(o, total_steps=100, warmup_steps=10, min_lr_ratio=0.0), 101)
+    assert math.isclose(lrs[10], 1.0) and math.isclose(lrs[55], 0.5) and lrs[100] == 0.0

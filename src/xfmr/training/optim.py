@@ -58,3 +58,46 @@ def constant(
 ) -> LambdaLR:
     """Linear warm-up, then the base lr."""
     return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)))
+
+
+def noam(
+    optimizer: torch.optim.Optimizer, *, total_steps: int, d_model: int, warmup_steps: int = 4000
+) -> LambdaLR:
+    """lr = lr0 * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1
+    (Vaswani et al. 2017, eq. 3); lr0 is the optimizer's lr (the paper's is 1)."""
+
+    def factor(step: int) -> float:
+        step += 1
+        return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+    return LambdaLR(optimizer, factor)
+
+
+def inverse_sqrt(
+    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 4000
+) -> LambdaLR:
+    """Linear warm-up to the base lr, then lr * sqrt(warmup / step) (fairseq's inverse_sqrt)."""
+
+    def factor(step: int) -> float:
+        step += 1
+        return step / warmup_steps if step < warmup_steps else (warmup_steps / step) ** 0.5
+
+    return LambdaLR(optimizer, factor)
+
+
+def linear(
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    warmup_steps: int = 0,
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
+    """Linear warm-up, then linear decay to `min_lr_ratio * lr` at the last step (BERT)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 1.0 - progress * (1.0 - min_lr_ratio)
+
+    return LambdaLR(optimizer, factor)
