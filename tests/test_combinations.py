@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_POSITIONS
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES
+from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES, OBJECTIVE_DATA
 from xfmr.paths import config_dir
 
 
@@ -24,9 +24,12 @@ def _choices(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
+def _objective_class(choice: str) -> str:
+    return {v: k for k, v in OBJECTIVE_CHOICES.items()}[choice]
+
+
 def _objective_archs(choice: str) -> tuple[str, ...]:
-    name = {v: k for k, v in OBJECTIVE_CHOICES.items()}[choice]
-    return OBJECTIVE_ARCHS[name]
+    return OBJECTIVE_ARCHS[_objective_class(choice)]
 
 
 COMBINATIONS = list(itertools.product(_choices("arch"), _choices("pos"), _choices("objective")))
@@ -37,10 +40,14 @@ INVALID = [c for c in COMBINATIONS if c not in VALID]
 def _compose(tmp_path: Path, overrides: list[str]):
     GlobalHydra.instance().clear()
     paths = [f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path / 'run'}"]
+    objective = next(o.split("=", 1)[1] for o in overrides if o.startswith("objective="))
+    if OBJECTIVE_DATA[_objective_class(objective)] == "pairs":
+        data = ["data=synthetic_translation", "data.n_pairs=60", "data.max_length=12"]
+    else:
+        data = ["data.n_sentences=300", "data.block_size=16"]
     tiny = [
         "size=tiny",
-        "data.n_sentences=300",
-        "data.block_size=16",
+        *data,
         "data.batch_size=4",
         "trainer.max_steps=2",
         "trainer.val_check_interval=2",

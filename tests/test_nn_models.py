@@ -453,3 +453,17 @@ def test_each_arch_trains_end_to_end(arch: str, pos: str) -> None:
 
     first, last = _train(model, step)
     assert last < 0.5 * first, (first, last)
+
+
+def test_embed_scale_multiplies_token_embeddings_by_sqrt_d_model() -> None:
+    """Vaswani et al. 2017, sec. 3.4: embeddings are multiplied by sqrt(d_model)."""
+    from xfmr.nn.config import ModelConfig
+    from xfmr.nn.models import DecoderOnly
+
+    ids = torch.tensor([[1, 2, 3]])
+    plain = DecoderOnly(ModelConfig(vocab_size=10, d_model=16, n_heads=2, pos={"name": "none"}))
+    scaled = DecoderOnly(
+        ModelConfig(vocab_size=10, d_model=16, n_heads=2, pos={"name": "none"}, embed_scale=True)
+    )
+    scaled.load_state_dict(plain.state_dict())
+    assert torch.allclose(scaled.embed(ids), plain.embed(ids) * 4.0)

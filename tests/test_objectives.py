@@ -111,3 +111,50 @@ def test_clm_targets_are_inputs_shifted_by_one() -> None:
     batch = CausalLMObjective().collate([block, block + 10])
     assert torch.equal(batch["input_ids"][0], torch.arange(9))
     assert torch.equal(batch["labels"][0], torch.arange(1, 10))
+
+
+def test_label_smoothing_is_the_papers_target_distribution() -> None:
+    """Loss = -sum_k q_k log p_k with q = (1 - a) onehot + a / K, padding ignored."""
+    from xfmr.objectives.seq2seq import smoothed_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    labels = torch.randint(0, 7, (2, 5))
+    labels[1, 3:] = IGNORE_INDEX
+    a, K = 0.1, 7
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, a / K).scatter_add(
+        -1, labels.clamp(min=0)[..., None], torch.full_like(log_p[..., :1], 1 - a)
+    )
+    per_token = -(q * log_p).sum(-1)
+    expected = per_token[labels != IGNORE_INDEX].mean()
+    assert torch.allclose(smoothed_loss(logits, labels, a), expected, atol=1e-6)
+    assert not torch.allclose(smoothed_loss(logits, labels, 0.0), expected, atol=1e-3)
+
+
+def test_seq2seq_teacher_forcing_from_start_token() -> None:
+    from xfmr.objectives import Seq2SeqObjective
+
+    class Tok:
+        def token_to_id(self, token: str) -> int:
+            return {"<pad>": 0, "<s>": 1, "</s>": 2}[token]
+
+    objective = Seq2SeqObjective()
+    objective.bind(Tok())
+    batch = objective.collate([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])])
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 2], [5, 2, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch["decoder_input_ids"].tolist() == [[1, 8, 9, 0, 0], [1, 8, 9, 10, 11]]
+    assert batch["labels"].tolist() == [[8, 9, 2, -100, -100], [8, 9, 10, 11, 2]]
+
+
+def test_parallel_files_must_align(tmp_path) -> None:
+    import pytest
+
+    from xfmr.data.parallel import read_aligned
+    from xfmr.errors import UserError
+
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    (tmp_path / "a.en").write_text("one\n")
+    with pytest.raises(UserError, match="2 lines but .* has 1"):
+        read_aligned(tmp_path / "a.de", tmp_path / "a.en")

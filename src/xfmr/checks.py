@@ -5,6 +5,7 @@ Each failure is one `UserError` naming the key, the value and what would be vali
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -12,7 +13,13 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.data.files import text_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES
+from xfmr.objectives.archs import (
+    DATA_CHOICES,
+    DATA_KINDS,
+    OBJECTIVE_ARCHS,
+    OBJECTIVE_CHOICES,
+    OBJECTIVE_DATA,
+)
 from xfmr.text.tokenizers import TokenizerSpec
 
 _GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -29,8 +36,7 @@ def check_config(cfg: DictConfig) -> None:
         check_objective(cfg, model)
         check_positions(cfg, model)
     check_tokenizer(cfg)
-    if cfg.data.get("path", "absent") != "absent":
-        text_files(cfg.data.path)
+    check_data(cfg)
 
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
@@ -43,9 +49,37 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
         raise UserError(f"model: {e}") from None
 
 
+_PARALLEL_FILES = ("train_source", "train_target", "val_source", "val_target")
+
+
+def check_data(cfg: DictConfig) -> None:
+    """The data gives the examples the objective consumes, and its files exist."""
+    objective = _class_name(cfg.objective)
+    needs, gives = OBJECTIVE_DATA.get(objective), DATA_KINDS.get(_class_name(cfg.data))
+    if needs and gives and needs != gives:
+        raise UserError(
+            f"objective={OBJECTIVE_CHOICES.get(objective, objective)} trains on {needs}, but the "
+            f"data group gives {gives}: use data in {list(DATA_CHOICES[needs])}"
+        )
+    if cfg.data.get("path", "absent") != "absent":
+        text_files(cfg.data.path)
+    for key in _PARALLEL_FILES:
+        path = cfg.data.get(key)
+        if path is None and key in cfg.data:
+            raise UserError(
+                f"data.{key} is not set: give an aligned text file (one sentence a line)"
+            )
+        if path is not None and not Path(path).is_file():
+            raise UserError(f"data.{key}={str(path)!r} does not exist")
+
+
+def _class_name(section: DictConfig) -> str:
+    return str(section.get("_target_", "")).rsplit(".", 1)[-1]
+
+
 def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
     """The objective can train the architecture (no causal LM on a bidirectional encoder)."""
-    name = str(cfg.objective.get("_target_", "")).rsplit(".", 1)[-1]
+    name = _class_name(cfg.objective)
     archs = OBJECTIVE_ARCHS.get(name)
     if archs is not None and model.arch not in archs:
         serving = [OBJECTIVE_CHOICES[n] for n, a in OBJECTIVE_ARCHS.items() if model.arch in a]

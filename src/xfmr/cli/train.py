@@ -11,6 +11,7 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
@@ -37,7 +38,8 @@ def _train_app(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     hydra_cfg = HydraConfig.get()
-    overrides = list(hydra_cfg.overrides.task)
+    # Unresolved: an override may itself be an interpolation ("a=${b}").
+    overrides = list(OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False))
     try:
         check_config(cfg)
         name_wandb_run(cfg, hydra_cfg)
@@ -47,6 +49,8 @@ def _train_app(cfg: DictConfig) -> float | None:
         results = _run(resolved, overrides)
     except UserError as e:
         fail(PROG, str(e))
+    except OmegaConfBaseException as e:  # an interpolation or type error in the composed config
+        fail(PROG, f"config: {e}".split("\n    full_key")[0])
     log.info("run directory: %s", resolved.paths.output_dir)
     metric = cfg.get("optimized_metric")
     return results["metrics"].get(metric) if metric and results else None

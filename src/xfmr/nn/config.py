@@ -72,6 +72,7 @@ class ModelConfig:
     attn_scale: bool = True  # False: no 1/sqrt(d_head) on scores (T5, Raffel et al. 2020)
     type_vocab_size: int = 0  # segment embeddings (BERT); 0 = none
     embed_norm: bool = False  # a norm after the summed embeddings (BERT)
+    embed_scale: bool = False  # token embeddings * sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)
     n_decoder_layers: int | None = None  # encoder_decoder; None: n_layers
     share_embeddings: bool = True  # encoder_decoder: source and target share one embedding
     scale_logits: bool = False  # encoder_decoder: output * d_model**-0.5 before the LM head (T5)

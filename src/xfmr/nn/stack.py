@@ -71,6 +71,8 @@ class TransformerStack(ParameterCount, nn.Module):
     ) -> torch.Tensor:
         """(B, T) ids -> (B, T, C): token + segment + absolute position, then the embedding norm."""
         x = self.tok_emb(input_ids)  # (B, T, C)
+        if self.config.embed_scale:  # the tied embedding serves both ends (Vaswani et al. 3.4)
+            x = x * self.config.d_model**0.5
         if self.type_emb is not None:  # segment 0 when no ids are given, as in BERT
             x = x + (
                 self.type_emb.weight[0] if token_type_ids is None else self.type_emb(token_type_ids)

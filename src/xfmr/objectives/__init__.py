@@ -2,6 +2,13 @@
 
 from xfmr.objectives.clm import IGNORE_INDEX, CausalLMObjective
 from xfmr.objectives.mlm import MaskedLMObjective
+from xfmr.objectives.seq2seq import Seq2SeqObjective
 from xfmr.objectives.span_corruption import SpanCorruptionObjective
 
-__all__ = ["IGNORE_INDEX", "CausalLMObjective", "MaskedLMObjective", "SpanCorruptionObjective"]
+__all__ = [
+    "IGNORE_INDEX",
+    "CausalLMObjective",
+    "MaskedLMObjective",
+    "Seq2SeqObjective",
+    "SpanCorruptionObjective",
+]

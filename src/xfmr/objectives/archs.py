@@ -11,10 +11,33 @@ OBJECTIVE_ARCHS: dict[str, tuple[str, ...]] = {
     "MaskedLMObjective": ("encoder",),
     # Spans are written out by a decoder that reads the corrupted input: an encoder-decoder.
     "SpanCorruptionObjective": ("encoder_decoder",),
+    # Source -> target: an encoder reads the source, a decoder writes the target.
+    "Seq2SeqObjective": ("encoder_decoder",),
 }
 
 OBJECTIVE_CHOICES: dict[str, str] = {
     "CausalLMObjective": "clm",
     "MaskedLMObjective": "mlm",
     "SpanCorruptionObjective": "span_corruption",
+    "Seq2SeqObjective": "seq2seq",
+}
+
+# What examples each objective consumes, and what each data module (by class name) gives:
+# "text" is a token stream cut into blocks, "pairs" are source -> target examples.
+OBJECTIVE_DATA: dict[str, str] = {
+    "CausalLMObjective": "text",
+    "MaskedLMObjective": "text",
+    "SpanCorruptionObjective": "text",
+    "Seq2SeqObjective": "pairs",
+}
+DATA_KINDS: dict[str, str] = {
+    "TextCorpusDataModule": "text",
+    "SyntheticCorpusDataModule": "text",
+    "ParallelDataModule": "pairs",
+    "SyntheticTranslationDataModule": "pairs",
+}
+# conf/data/NAME.yaml choices giving each kind, for messages.
+DATA_CHOICES: dict[str, tuple[str, ...]] = {
+    "text": ("synthetic", "text"),
+    "pairs": ("parallel", "synthetic_translation"),
 }

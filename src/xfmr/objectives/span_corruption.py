@@ -99,8 +99,8 @@ class SpanCorruptionObjective:
             source, target = corrupt(ids, spans, self.sentinel_ids, self.eos_id)
             sources.append(source)
             targets.append(target)
-        input_ids, attention_mask = _pad(sources, self.pad_id)
-        labels, decoder_mask = _pad(targets, self.pad_id)
+        input_ids, attention_mask = pad_rows(sources, self.pad_id)
+        labels, decoder_mask = pad_rows(targets, self.pad_id)
         decoder_input_ids = torch.cat(
             [torch.full_like(labels[:, :1], self.pad_id), labels[:, :-1]], dim=1
         )
@@ -126,7 +126,7 @@ class SpanCorruptionObjective:
         return loss, logits
 
 
-def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -1,0 +1,72 @@
+"""Sequence to sequence with teacher forcing and label smoothing (Vaswani et al. 2017, sec. 5.4):
+the decoder reads the target shifted right behind <s> and predicts the target followed by </s>;
+the loss is cross-entropy against (1 - a) * onehot + a / K, padding ignored."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xfmr.objectives.archs import OBJECTIVE_ARCHS
+from xfmr.objectives.clm import IGNORE_INDEX
+from xfmr.objectives.span_corruption import pad_rows
+
+
+def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Mean over counted tokens of -sum_k q_k log p_k with q = (1 - a) onehot + a / K."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        labels.flatten(),
+        ignore_index=IGNORE_INDEX,
+        label_smoothing=smoothing,
+    )
+
+
+class Seq2SeqObjective:
+    """Source -> target pairs for an encoder-decoder.
+
+    Args:
+        label_smoothing: a in (1 - a) * onehot + a / K (the paper: 0.1).
+    """
+
+    name = "seq2seq"
+    supported_archs = OBJECTIVE_ARCHS["Seq2SeqObjective"]
+    required_special_tokens = ("<pad>", "<s>", "</s>")
+
+    def __init__(self, *, label_smoothing: float = 0.1) -> None:
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"objective.label_smoothing={label_smoothing} must lie in [0, 1)")
+        self.label_smoothing = label_smoothing
+        self.pad_id = self.bos_id = self.eos_id = None
+
+    def bind(self, tokenizer) -> None:
+        self.pad_id = tokenizer.token_to_id("<pad>")
+        self.bos_id = tokenizer.token_to_id("<s>")
+        self.eos_id = tokenizer.token_to_id("</s>")
+
+    def collate(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+        input_ids, attention_mask = pad_rows([src + [self.eos_id] for src, _ in pairs], self.pad_id)
+        decoder_input_ids, decoder_mask = pad_rows(
+            [[self.bos_id, *tgt] for _, tgt in pairs], self.pad_id
+        )
+        labels, _ = pad_rows([[*tgt, self.eos_id] for _, tgt in pairs], self.pad_id)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "decoder_input_ids": decoder_input_ids,
+            "decoder_attention_mask": decoder_mask,
+            "labels": labels.masked_fill(decoder_mask == 0, IGNORE_INDEX),
+        }
+
+    def forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["decoder_input_ids"],
+            batch["decoder_attention_mask"],
+        )
+        smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
+        return smoothed_loss(logits, batch["labels"], smoothing), logits
