@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES
+from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES, OBJECTIVE_DATA
 from xfmr.paths import config_dir
 
 GROUPS = [
@@ -43,6 +43,14 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
         if group == "objective":  # with an architecture the objective can train
             name = {v: k for k, v in OBJECTIVE_CHOICES.items()}[choice]
             overrides.append(f"arch={OBJECTIVE_ARCHS[name][0]}")
+            if OBJECTIVE_DATA[name] == "pairs":
+                overrides.append("data=synthetic_translation")
+        if group == "data" and choice in ("parallel", "synthetic_translation"):
+            overrides += ["objective=seq2seq", "arch=encoder_decoder"]
+            for key in ("train_source", "train_target", "val_source", "val_target"):
+                if choice == "parallel":
+                    (tmp_path / key).write_text("a sentence\n")
+                    overrides.append(f"data.{key}={tmp_path / key}")
         if group == "data" and choice == "text":
             corpus = tmp_path / "c.txt"
             corpus.write_text("some text\n")
