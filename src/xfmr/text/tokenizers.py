@@ -2,6 +2,7 @@
 
 A tokenizer is cached under a hash of (training data fingerprint, settings), so the same data
 and settings reuse it; every run directory gets its own copy as `tokenizer.json`.
+kind=pretrained instead loads an existing tokenizer.json (no training, no cache).
 """
 
 from __future__ import annotations
@@ -10,36 +11,100 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-KINDS = ("char", "byte_bpe")
+KINDS = ("char", "byte_bpe", "bpe", "wordpiece", "unigram", "pretrained")
+
+# `unk_token` left at DEFAULT takes the kind's own unknown token (below); None means "no unk".
+DEFAULT = "default"
+# Per kind: (special tokens when none are given, unk token when left at DEFAULT).
+_KIND_DEFAULTS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "char": (("<unk>",), "<unk>"),
+    "byte_bpe": (("<unk>",), "<unk>"),
+    "bpe": (("<unk>",), "<unk>"),
+    "wordpiece": (("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), "[UNK]"),
+    "unigram": (("<pad>", "</s>", "<unk>"), "<unk>"),
+    "pretrained": ((), None),
+}
+# Fields added after the first release: left out of the digest while at their default, so the
+# cache keys of existing char/byte_bpe tokenizers stay the same (any change still changes it).
+_LATER_FIELDS = {"lowercase": True, "path": None}
+METASPACE = "\u2581"  # SentencePiece's "▁" word-boundary marker
 
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """What to train. `vocab_size` is a ceiling for BPE; char takes every character it sees."""
+    """What to train (or, for kind=pretrained, which tokenizer.json to load).
+
+    - `char`: one token per character seen; `vocab_size` is an optional ceiling.
+    - `byte_bpe`: GPT-2's byte-level BPE; no unknowns.
+    - `bpe`: classic character BPE (Sennrich et al. 2016) over Metaspace words split at
+      punctuation and at non-space whitespace; one vocabulary for everything it is trained on
+      (source and target share it, as in the original Transformer).
+    - `wordpiece`: BERT's uncased (or cased, `lowercase: false`) WordPiece with `##` pieces.
+    - `unigram`: T5/SentencePiece's unigram language model over Metaspace words.
+    - `pretrained`: an existing tokenizer.json at `path`; nothing is trained.
+
+    Special tokens get the first ids, in the order listed. `vocab_size` is a ceiling and is
+    required for bpe, byte_bpe, wordpiece and unigram.
+    """
 
     kind: str = "char"
     vocab_size: int | None = None
-    special_tokens: tuple[str, ...] = field(default_factory=lambda: ("<unk>",))
-    unk_token: str | None = "<unk>"
+    special_tokens: tuple[str, ...] | None = None  # None: the kind's defaults
+    unk_token: str | None = DEFAULT
+    lowercase: bool = True  # wordpiece only
+    path: str | None = None  # pretrained only
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"tokenizer.kind={self.kind!r} is not one of {list(KINDS)}")
-        if self.kind == "byte_bpe" and not self.vocab_size:
-            raise ValueError("tokenizer.vocab_size must be set for kind=byte_bpe (e.g. 1024)")
-        object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
+        default_specials, default_unk = _KIND_DEFAULTS[self.kind]
+        specials = default_specials if self.special_tokens is None else self.special_tokens
+        if isinstance(specials, str):
+            raise ValueError(f"tokenizer.special_tokens={specials!r} must be a list of tokens")
+        object.__setattr__(self, "special_tokens", tuple(specials))
+        if self.unk_token == DEFAULT:
+            object.__setattr__(self, "unk_token", default_unk)
+        if self.kind in ("byte_bpe", "bpe", "wordpiece", "unigram") and not self.vocab_size:
+            raise ValueError(
+                f"tokenizer.vocab_size must be set for kind={self.kind} "
+                f"(e.g. {1024 if self.kind == 'byte_bpe' else 8000})"
+            )
+        if self.vocab_size is not None and self.vocab_size <= 0:
+            raise ValueError(f"tokenizer.vocab_size={self.vocab_size} must be positive")
+        if self.kind in ("wordpiece", "unigram") and self.unk_token is None:
+            raise ValueError(f"tokenizer.unk_token must be set for kind={self.kind}")
+        if self.kind == "pretrained":
+            if not self.path:
+                raise ValueError(
+                    "tokenizer.path must be set for kind=pretrained (a tokenizer.json file)"
+                )
+            if self.vocab_size is not None:
+                raise ValueError(
+                    "tokenizer.vocab_size must be null for kind=pretrained: the file decides it"
+                )
+        elif self.path is not None:
+            raise ValueError(
+                f"tokenizer.path={self.path!r} is only for kind=pretrained, not {self.kind}"
+            )
+        if not self.lowercase and self.kind != "wordpiece":
+            raise ValueError(
+                f"tokenizer.lowercase=false is only for kind=wordpiece, not {self.kind}"
+            )
         if self.unk_token is not None and self.unk_token not in self.special_tokens:
             raise ValueError(
                 f"tokenizer.unk_token={self.unk_token!r} must be one of tokenizer.special_tokens={list(self.special_tokens)}"
             )
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        settings = {
+            k: v for k, v in asdict(self).items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]
+        }
+        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class TextTokenizer:
@@ -76,6 +141,19 @@ class TextTokenizer:
 
 
 def train_tokenizer(spec: TokenizerSpec, texts: Iterator[str]) -> TextTokenizer:
+    """Train a `spec.kind` tokenizer on `texts` (kind=pretrained: load `spec.path` instead).
+
+    Round trips, decode(encode(x)):
+    - char, byte_bpe: exact for any text (char: for characters seen in training).
+    - bpe, unigram: no normalisation; exact for seen characters, except that one leading space
+      of the whole text is dropped (the Metaspace prefix marker and a real space coincide).
+    - wordpiece: BERT normalisation — lowercased and accents stripped (unless
+      `lowercase: false`), control characters removed, every run of whitespace (newlines and
+      tabs included) becomes one space and spaces before punctuation are removed on decoding.
+    """
+    specials = list(spec.special_tokens)
+    if spec.kind == "pretrained":
+        return load_pretrained(spec)
     if spec.kind == "char":
         tok = Tokenizer(models.WordLevel(unk_token=spec.unk_token))
         # Every character, newlines included, is its own token.
@@ -84,20 +162,72 @@ def train_tokenizer(spec: TokenizerSpec, texts: Iterator[str]) -> TextTokenizer:
         trainer = trainers.WordLevelTrainer(
             vocab_size=spec.vocab_size or 1_000_000,
             min_frequency=1,
-            special_tokens=list(spec.special_tokens),
+            special_tokens=specials,
         )
-    else:  # byte_bpe: GPT-2's byte-level BPE (Radford et al. 2019)
+    elif spec.kind == "byte_bpe":  # GPT-2's byte-level BPE (Radford et al. 2019)
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=spec.vocab_size,
-            special_tokens=list(spec.special_tokens),
+            special_tokens=specials,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    elif spec.kind == "bpe":  # character BPE, shared source/target vocabulary (Vaswani et al.)
+        tok = Tokenizer(models.BPE(unk_token=spec.unk_token))
+        # Spaces become "▁" word starts; punctuation and other whitespace (newlines, tabs) are
+        # pieces of their own, so merges never cross them and decoding restores them verbatim.
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"),
+                pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),
+                pre_tokenizers.Punctuation(behavior="isolated"),
+            ]
+        )
+        tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec.vocab_size, special_tokens=specials, show_progress=False
+        )
+    elif spec.kind == "wordpiece":  # BERT (Devlin et al. 2019)
+        tok = Tokenizer(models.WordPiece(unk_token=spec.unk_token, continuing_subword_prefix="##"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=spec.lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=spec.vocab_size,
+            special_tokens=specials,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
+    else:  # unigram: T5's SentencePiece unigram LM (Kudo 2018, Raffel et al. 2020)
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(
+            vocab_size=spec.vocab_size,
+            special_tokens=specials,
+            unk_token=spec.unk_token,
             show_progress=False,
         )
     tok.train_from_iterator(texts, trainer=trainer)
     return TextTokenizer(tok)
+
+
+def load_pretrained(spec: TokenizerSpec) -> TextTokenizer:
+    """The tokenizer.json at `spec.path`, which must know every token in `spec.special_tokens`
+    (the configured ones plus those the objective needs)."""
+    path = Path(str(spec.path)).expanduser()
+    if not path.is_file():
+        raise ValueError(f"tokenizer.path={str(path)!r} is not a file (expected a tokenizer.json)")
+    tokenizer = TextTokenizer.load(path)
+    missing = [t for t in spec.special_tokens if tokenizer.token_to_id(t) is None]
+    if missing:
+        raise ValueError(
+            f"tokenizer.path={str(path)!r} lacks the special tokens {missing} that the "
+            "tokenizer settings or the objective need; pick a tokenizer that has them"
+        )
+    return tokenizer
 
 
 def fit_or_load(
@@ -109,8 +239,11 @@ def fit_or_load(
 ) -> tuple[TextTokenizer, bool]:
     """Train on `texts` unless a tokenizer for the same data and settings is cached.
 
-    Returns the tokenizer and whether it came from the cache.
+    Returns the tokenizer and whether it came from the cache. kind=pretrained loads
+    `spec.path` (checking its special tokens), never touches the cache and returns False.
     """
+    if spec.kind == "pretrained":
+        return load_pretrained(spec), False
     key = hashlib.sha256(f"{data_fingerprint}:{spec.digest()}".encode()).hexdigest()[:20]
     path = Path(cache_dir) / "tokenizers" / f"{spec.kind}-{key}.json"
     if path.is_file():
