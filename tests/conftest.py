@@ -75,3 +75,38 @@ def run_cli(
 
 def read_results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
+
+
+def compose_config(tmp_path: Path, overrides: list[str]):
+    """The real config tree composed for an in-process `train(cfg)` on a tiny text corpus the
+    test writes, resolved as the CLI would, outputs under tmp_path."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from xfmr.paths import config_dir
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "data=text",
+                f"data.path={corpus}",
+                "data.block_size=16",
+                "data.batch_size=4",
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=2",
+                "trainer.limit_val_batches=1",
+                "trainer.num_sanity_val_steps=0",
+                "trainer.enable_progress_bar=false",
+                "callbacks.progress_bar=null",
+                "logger=none",
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path / 'run'}",
+                *overrides,
+            ],
+        )
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))

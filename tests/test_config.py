@@ -51,6 +51,8 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
                 if choice == "parallel":
                     (tmp_path / key).write_text("a sentence\n")
                     overrides.append(f"data.{key}={tmp_path / key}")
+        if group == "tokenizer" and choice == "pretrained":
+            overrides.append(f"tokenizer.path={tmp_path / 'tokenizer.json'}")
         if group == "data" and choice == "text":
             corpus = tmp_path / "c.txt"
             corpus.write_text("some text\n")

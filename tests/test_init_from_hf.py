@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
 
-from conftest import CORPUS
+from conftest import CORPUS, compose_config
 from xfmr.errors import UserError
-from xfmr.paths import config_dir
 from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -30,39 +26,14 @@ def _gpt2_checkpoint(path: Path) -> transformers.GPT2LMHeadModel:
     return model
 
 
-def _cfg(tmp_path: Path, overrides: list[str]):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(CORPUS)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(
-            config_name="train",
-            overrides=[
-                "data=text",
-                f"data.path={corpus}",
-                "data.block_size=16",
-                "data.batch_size=4",
-                "trainer.max_steps=2",
-                "trainer.val_check_interval=2",
-                "trainer.limit_val_batches=1",
-                "trainer.num_sanity_val_steps=0",
-                "trainer.enable_progress_bar=false",
-                "callbacks.progress_bar=null",
-                "logger=none",
-                f"paths.root_dir={tmp_path}",
-                f"paths.output_dir={tmp_path / 'run'}",
-                *overrides,
-            ],
-        )
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-
-
 def test_run_starts_from_the_checkpoint_weights(tmp_path: Path) -> None:
     from xfmr.training.run import train
 
     hf = _gpt2_checkpoint(tmp_path / "gpt2")
     # lr 0: the saved weights are the loaded ones.
-    cfg = _cfg(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "optim.lr=0.0", "schedule=constant"])
+    cfg = compose_config(
+        tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "optim.lr=0.0", "schedule=constant"]
+    )
     results = train(cfg)
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
     weights = state["state_dict"]
@@ -84,15 +55,17 @@ def test_block_longer_than_checkpoint_positions_is_refused(tmp_path: Path) -> No
     from xfmr.training.run import train
 
     _gpt2_checkpoint(tmp_path / "gpt2")
-    cfg = _cfg(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "data.block_size=64"])
+    cfg = compose_config(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "data.block_size=64"])
     with pytest.raises(UserError, match="data.block_size=64 .* 32 learned positions"):
         train(cfg)
 
 
 def test_missing_checkpoint_files_are_named(tmp_path: Path) -> None:
-    from xfmr.training.run import hf_checkpoint
+    from xfmr.training.transfer import init_source
 
     with pytest.raises(UserError, match="config.json is missing"):
-        hf_checkpoint(f"hf:{tmp_path}")
-    with pytest.raises(UserError, match="give hf:PATH"):
-        hf_checkpoint(str(tmp_path))
+        init_source(f"hf:{tmp_path}")
+    with pytest.raises(UserError, match="without checkpoints/best.ckpt or last.ckpt"):
+        init_source(str(tmp_path))
+    with pytest.raises(UserError, match="does not exist: give an xfmr run directory"):
+        init_source(str(tmp_path / "nowhere"))

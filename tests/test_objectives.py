@@ -151,10 +151,12 @@ def test_seq2seq_teacher_forcing_from_start_token() -> None:
 def test_parallel_files_must_align(tmp_path) -> None:
     import pytest
 
-    from xfmr.data.parallel import read_aligned
+    from xfmr.data.parallel import ParallelDataModule
     from xfmr.errors import UserError
 
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     (tmp_path / "a.en").write_text("one\n")
+    files = {"train_source": tmp_path / "a.de", "train_target": tmp_path / "a.en"}
+    data = ParallelDataModule(**files, val_source=tmp_path / "a.de", val_target=tmp_path / "a.en")
     with pytest.raises(UserError, match="2 lines but .* has 1"):
-        read_aligned(tmp_path / "a.de", tmp_path / "a.en")
+        data.split_text()

@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from xfmr.data.formats import read_parallel
 from xfmr.data.synthetic import sentence
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
-
-def read_aligned(source: str | Path, target: str | Path) -> list[tuple[str, str]]:
-    """Two files with one sentence per line, line i of one translating line i of the other."""
-    lines = []
-    for key, path in (("source", source), ("target", target)):
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"data: {key} file {str(path)!r} does not exist")
-        lines.append(path.read_text(encoding="utf-8").splitlines())
-    if len(lines[0]) != len(lines[1]):
-        raise UserError(
-            f"data: {source} has {len(lines[0])} lines but {target} has {len(lines[1])}: "
-            f"parallel files must be aligned line by line"
-        )
-    pairs = [(s.strip(), t.strip()) for s, t in zip(*lines, strict=True)]
-    if not pairs:
-        raise UserError(f"data: {source} is empty")
-    return pairs
+log = logging.getLogger("xfmr")
 
 
 class ParallelDataModule(L.LightningDataModule):
@@ -43,6 +27,8 @@ class ParallelDataModule(L.LightningDataModule):
         train_source, train_target, val_source, val_target: aligned text files.
         max_length: tokens kept per side (longer sentences are cut).
         batch_size: pairs per batch (per process under DDP).
+        on_bad_row: "error" stops at an empty line with its file and line; "skip" drops the
+            pair and logs how many were dropped and why.
     """
 
     def __init__(
@@ -55,8 +41,10 @@ class ParallelDataModule(L.LightningDataModule):
         max_length: int = 128,
         batch_size: int = 64,
         num_workers: int = 0,
+        on_bad_row: str = "error",
     ) -> None:
         super().__init__()
+        self.on_bad_row = on_bad_row
         self.paths = (train_source, train_target, val_source, val_target)
         self.max_length = max_length
         self.batch_size = batch_size
@@ -71,7 +59,12 @@ class ParallelDataModule(L.LightningDataModule):
         for name, path in zip(names, self.paths, strict=True):
             if not path:
                 raise UserError(f"data.{name} is not set: give an aligned text file")
-        return read_aligned(*self.paths[:2]), read_aligned(*self.paths[2:])
+        train, skipped = read_parallel(*self.paths[:2], on_bad_row=self.on_bad_row)
+        val, skipped_val = read_parallel(*self.paths[2:], on_bad_row=self.on_bad_row)
+        for report in (skipped, skipped_val):
+            if len(report):
+                log.warning("%s", report.summary())
+        return train, val
 
     def pairs(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         if self._pairs is None:

@@ -22,6 +22,7 @@ class XfmrModule(L.LightningModule):
     objective: builds the loss from a batch (`forward(model, batch) -> (loss, logits)`).
     optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
     scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
+    backbone_lr_scale: the backbone's lr as a fraction of the optimizer's (fine-tuning).
     """
 
     def __init__(
@@ -31,6 +32,7 @@ class XfmrModule(L.LightningModule):
         objective: Any,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
+        backbone_lr_scale: float = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
@@ -38,6 +40,7 @@ class XfmrModule(L.LightningModule):
         self.objective = objective
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
+        self.backbone_lr_scale = backbone_lr_scale
         self.val_loss = MeanMetric()
         self.val_ppl = Perplexity(ignore_index=IGNORE_INDEX)
 
@@ -63,7 +66,14 @@ class XfmrModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
-        groups = param_groups(self.model, weight_decay=float(defaults.get("weight_decay", 0.0)))
+        scale = self.backbone_lr_scale
+        groups = param_groups(
+            self.model,
+            weight_decay=float(defaults.get("weight_decay", 0.0)),
+            backbone_lr=float(defaults["lr"]) * scale
+            if scale != 1.0 and "lr" in defaults
+            else None,
+        )
         extra = {}
         if defaults.get("fused") and self._mixed_precision_clipping():
             # Lightning cannot clip gradients that a fused optimizer unscales internally.

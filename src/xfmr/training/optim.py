@@ -10,19 +10,42 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices and embeddings only; never on biases or norm gains (GPT-2, nanoGPT)."""
-    decay, no_decay = [], []
+def param_groups(
+    model: nn.Module, weight_decay: float, *, backbone_lr: float | None = None
+) -> list[dict]:
+    """Weight decay on matrices and embeddings only; never on biases or norm gains (GPT-2, nanoGPT).
+
+    With `backbone_lr`, the parameters under `model.backbone` get their own groups at that lr
+    (fine-tuning a pretrained backbone more gently than a new head).
+    """
+    backbone = getattr(model, "backbone", None) if backbone_lr is not None else None
+    in_backbone = {id(p) for p in backbone.parameters()} if backbone is not None else set()
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {
+        (True, False): [],
+        (False, False): [],
+        (True, True): [],
+        (False, True): [],
+    }
     seen: set[int] = set()
     for param in model.parameters():
         if not param.requires_grad or id(param) in seen:  # tied weights appear once
             continue
         seen.add(id(param))
-        (decay if param.dim() >= 2 else no_decay).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        groups[(param.dim() >= 2, id(param) in in_backbone)].append(param)
+    result = [
+        {"params": groups[(True, False)], "weight_decay": weight_decay},
+        {"params": groups[(False, False)], "weight_decay": 0.0},
     ]
+    for decay in (True, False):
+        if groups[(decay, True)]:
+            result.append(
+                {
+                    "params": groups[(decay, True)],
+                    "weight_decay": weight_decay if decay else 0.0,
+                    "lr": backbone_lr,
+                }
+            )
+    return result
 
 
 def warmup_cosine(

@@ -25,6 +25,12 @@ from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.module import XfmrModule
+from xfmr.training.transfer import (
+    freeze_backbone,
+    init_source,
+    initialise_from,
+    pretrained_model_config,
+)
 
 log = logging.getLogger("xfmr")
 
@@ -47,19 +53,19 @@ def train(
 
     datamodule = instantiate(cfg.data)
     objective = instantiate(cfg.objective)
-    hf_dir = hf_checkpoint(cfg.get("init_from"))
+    source = init_source(cfg.get("init_from"))
     tokenizer = prepare_tokenizer(
         cfg,
         datamodule,
         run_dir,
         cache_only=is_worker,
         special_tokens=objective.required_special_tokens,
-        pretrained=hf_dir / "tokenizer.json" if hf_dir else None,
+        pretrained=source.tokenizer if source else None,
     )
     objective.bind(tokenizer)
     datamodule.attach(tokenizer, objective.collate)
-    if hf_dir:
-        model_config = pretrained_model_config(cfg, hf_dir, objective).to_dict()
+    if source and source.kind == "hf":
+        model_config = pretrained_model_config(cfg, source.path, objective).to_dict()
     else:
         model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
@@ -74,9 +80,13 @@ def train(
         objective=objective,
         optimizer=instantiate(cfg.optim),
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
+        backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
     )
-    if hf_dir and not ckpt_path:
-        load_pretrained_weights(module, hf_dir)
+    transfer = None
+    if source and not ckpt_path:  # a resumed run already holds the transferred weights
+        transfer = initialise_from(module.model, source)
+    if cfg.get("finetune", {}).get("freeze_backbone"):
+        freeze_backbone(module.model)
     summary = RunSummary()
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
     launcher = (
@@ -110,6 +120,8 @@ def train(
     results = summarize(
         trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
     )
+    if transfer is not None:
+        results["init_from"] = {"source": str(source.path), **transfer.summary()}
     (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     return results
 
@@ -184,57 +196,6 @@ def prepare_tokenizer(
     )
     tokenizer.save(own)
     return tokenizer
-
-
-def hf_checkpoint(init_from: str | None) -> Path | None:
-    """`init_from=hf:PATH`: a local Hugging Face checkpoint directory with its tokenizer.json."""
-    if not init_from:
-        return None
-    if not str(init_from).startswith("hf:"):
-        raise UserError(
-            f"init_from={init_from!r}: give hf:PATH, a local Hugging Face checkpoint directory"
-        )
-    path = Path(str(init_from)[3:]).expanduser()
-    for needed in ("config.json", "tokenizer.json"):
-        if not (path / needed).is_file():
-            raise UserError(
-                f"init_from={init_from!r}: {path / needed} is missing (save_pretrained writes both)"
-            )
-    return path
-
-
-def pretrained_model_config(cfg: DictConfig, hf_dir: Path, objective: Any) -> Any:
-    """The checkpoint's model, with this run's dropout; checked against the objective."""
-    from xfmr.interop.hf import hf_model_config
-
-    try:
-        config = hf_model_config(
-            hf_dir, dropout=cfg.model.dropout, attn_dropout=cfg.model.attn_dropout
-        )
-    except ValueError as e:
-        raise UserError(f"init_from=hf:{hf_dir}: {e}") from None
-    limit = config.pos.max_positions if config.pos.name == "learned" else None
-    if limit is not None and cfg.data.get("block_size", 0) > limit:
-        raise UserError(
-            f"data.block_size={cfg.data.block_size} is longer than the {limit} learned positions "
-            f"of init_from=hf:{hf_dir}"
-        )
-    if config.arch not in objective.supported_archs:
-        raise UserError(
-            f"init_from=hf:{hf_dir} is an arch={config.arch} model; objective={objective.name} "
-            f"trains arch in {list(objective.supported_archs)}"
-        )
-    return config
-
-
-def load_pretrained_weights(module: XfmrModule, hf_dir: Path) -> None:
-    from xfmr.interop.hf import load_into
-
-    try:
-        load_into(module.model, hf_dir)
-    except ValueError as e:
-        raise UserError(f"init_from=hf:{hf_dir}: {e}") from None
-    log.info("initialised every weight from %s", hf_dir)
 
 
 def resolve_checkpoint(

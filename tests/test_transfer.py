@@ -1,0 +1,82 @@
+"""`init_from=RUN_DIR`: a run starts from an earlier run's weights (pretrain -> fine-tune)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import compose_config
+from xfmr.errors import UserError
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    return {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+
+
+def _pretrain(tmp_path: Path) -> Path:
+    from xfmr.training.run import train
+
+    out = tmp_path / "pretrain"
+    out.mkdir()
+    train(compose_config(out, ["size=tiny", "trainer.max_steps=4"]))
+    return out / "run"
+
+
+def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    pretrained = _pretrain(tmp_path)
+    out = tmp_path / "finetune"
+    out.mkdir()
+    cfg = compose_config(
+        out, ["size=tiny", f"init_from={pretrained}", "optim.lr=0.0", "schedule=constant"]
+    )
+    results = train(cfg)
+    before, after = _weights(pretrained), _weights(out / "run")
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before), (
+        "lr 0: weights are the loaded ones"
+    )
+    assert results["init_from"]["loaded"] == len(before)
+    assert results["init_from"]["skipped"] == [] and results["init_from"]["new"] == []
+    assert (out / "run" / "tokenizer.json").read_text() == (
+        pretrained / "tokenizer.json"
+    ).read_text()
+
+
+def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    pretrained = _pretrain(tmp_path)
+    out = tmp_path / "frozen"
+    out.mkdir()
+    frozen = ["size=tiny", f"init_from={pretrained}", "finetune.freeze_backbone=true"]
+    with pytest.raises(UserError, match="leaves nothing to train"):
+        train(compose_config(out, frozen))  # the LM head is tied to the frozen embedding
+    results = train(compose_config(out, [*frozen, "model.tie_embeddings=false"]))
+    assert results["init_from"]["new"] == [], "the untied head takes the saved lm_head weight"
+    before, after = _weights(pretrained), _weights(out / "run")
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("backbone."))
+
+    out = tmp_path / "scaled"
+    out.mkdir()
+    train(
+        compose_config(
+            out, ["size=tiny", f"init_from={pretrained}", "finetune.backbone_lr_scale=0.1"]
+        )
+    )
+    after = _weights(out / "run")
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("backbone."))
+
+
+def test_nothing_in_common_is_refused(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    pretrained = _pretrain(tmp_path)
+    out = tmp_path / "rnn"
+    out.mkdir()
+    with pytest.raises(UserError, match="no tensor matches"):
+        train(compose_config(out, ["arch=rnn", "size=small", f"init_from={pretrained}"]))
