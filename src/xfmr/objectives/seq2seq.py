@@ -10,7 +10,7 @@ from torch import nn
 
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
 from xfmr.objectives.clm import IGNORE_INDEX
-from xfmr.objectives.span_corruption import pad_rows
+from xfmr.objectives.span_corruption import encoder_decoder_logits, pad_rows
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -62,11 +62,6 @@ class Seq2SeqObjective:
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["decoder_input_ids"],
-            batch["decoder_attention_mask"],
-        )
+        logits = encoder_decoder_logits(model, batch)
         smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
         return smoothed_loss(logits, batch["labels"], smoothing), logits

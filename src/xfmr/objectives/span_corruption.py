@@ -116,14 +116,19 @@ class SpanCorruptionObjective:
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["decoder_input_ids"],
-            batch["decoder_attention_mask"],
-        )
+        logits = encoder_decoder_logits(model, batch)
         loss = token_loss(logits, batch["labels"])
         return loss, logits
+
+
+def encoder_decoder_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Logits (B, T, V) of an encoder-decoder for a batch of source and shifted target ids."""
+    return model(
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch["decoder_input_ids"],
+        batch["decoder_attention_mask"],
+    )
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
