@@ -78,8 +78,8 @@ def read_results(run_dir: Path) -> dict:
 
 
 def compose_config(tmp_path: Path, overrides: list[str]):
-    """The real config tree composed for an in-process `train(cfg)` on a tiny text corpus the
-    test writes, resolved as the CLI would, outputs under tmp_path."""
+    """The real config tree composed for an in-process `train(cfg)`, resolved as the CLI would,
+    outputs under tmp_path; on a tiny text corpus the test writes unless `data=` is given."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -88,14 +88,14 @@ def compose_config(tmp_path: Path, overrides: list[str]):
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
+    own_data = any(o.startswith("data=") for o in overrides)
+    text_data = [] if own_data else ["data=text", f"data.path={corpus}", "data.block_size=16"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(
             config_name="train",
             overrides=[
-                "data=text",
-                f"data.path={corpus}",
-                "data.block_size=16",
+                *text_data,
                 "data.batch_size=4",
                 "trainer.max_steps=2",
                 "trainer.val_check_interval=2",

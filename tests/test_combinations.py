@@ -41,8 +41,13 @@ def _compose(tmp_path: Path, overrides: list[str]):
     GlobalHydra.instance().clear()
     paths = [f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path / 'run'}"]
     objective = next(o.split("=", 1)[1] for o in overrides if o.startswith("objective="))
-    if OBJECTIVE_DATA[_objective_class(objective)] == "pairs":
+    kind = OBJECTIVE_DATA[_objective_class(objective)]
+    if kind == "pairs":
         data = ["data=synthetic_translation", "data.n_pairs=60", "data.max_length=12"]
+    elif kind == "labelled":
+        tsv = tmp_path / "labelled.tsv"
+        tsv.write_text("sentence\tlabel\n" + "a fine film\t1\nawful and dull\t0\n" * 4)
+        data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
     else:
         data = ["data.n_sentences=300", "data.block_size=16"]
     tiny = [

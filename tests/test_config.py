@@ -45,6 +45,17 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
             overrides.append(f"arch={OBJECTIVE_ARCHS[name][0]}")
             if OBJECTIVE_DATA[name] == "pairs":
                 overrides.append("data=synthetic_translation")
+            if OBJECTIVE_DATA[name] == "labelled":
+                (tmp_path / "l.tsv").write_text("sentence\tlabel\nok\t1\n")
+                overrides += ["data=delimited", f"data.train_path={tmp_path / 'l.tsv'}"]
+                overrides.append(f"data.val_path={tmp_path / 'l.tsv'}")
+        if group == "data" and choice == "delimited":
+            (tmp_path / "l.tsv").write_text("sentence\tlabel\nok\t1\n")
+            overrides += ["objective=classification", "arch=encoder"]
+            overrides += [
+                f"data.train_path={tmp_path / 'l.tsv'}",
+                f"data.val_path={tmp_path / 'l.tsv'}",
+            ]
         if group == "data" and choice in ("parallel", "synthetic_translation"):
             overrides += ["objective=seq2seq", "arch=encoder_decoder"]
             for key in ("train_source", "train_target", "val_source", "val_target"):
@@ -131,3 +142,14 @@ def test_rnn_arch_switches_positions_off() -> None:
     cfg = _compose(["arch=rnn"])
     assert cfg.pos.name == "none"
     assert model_config(cfg, vocab_size=10).arch == "rnn"
+
+
+@pytest.mark.parametrize(
+    "experiment", sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+)
+def test_every_experiment_composes_to_a_valid_model(experiment: str) -> None:
+    cfg = _compose([f"experiment={experiment}"])
+    model = model_config(cfg, vocab_size=100)
+    assert model.arch in {"decoder", "encoder", "encoder_decoder", "rnn"}
+    name = cfg.objective._target_.rsplit(".", 1)[-1]
+    assert model.arch in OBJECTIVE_ARCHS[name]

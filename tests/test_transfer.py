@@ -80,3 +80,71 @@ def test_nothing_in_common_is_refused(tmp_path: Path) -> None:
     out.mkdir()
     with pytest.raises(UserError, match="no tensor matches"):
         train(compose_config(out, ["arch=rnn", "size=small", f"init_from={pretrained}"]))
+
+
+def test_bert_style_mlm_pretraining_then_classification_carries_the_backbone(
+    tmp_path: Path,
+) -> None:
+    """BERT's two steps: MLM pretraining, then a new classification head on the same encoder."""
+    from xfmr.training.run import train
+
+    encoder = ["arch=encoder", "size=tiny", "tokenizer=wordpiece", "tokenizer.vocab_size=120"]
+    pre = tmp_path / "mlm"
+    pre.mkdir()
+    train(compose_config(pre, [*encoder, "objective=mlm", "trainer.max_steps=4"]))
+
+    tsv = tmp_path / "labelled.tsv"
+    tsv.write_text("sentence\tlabel\n" + "the quick brown fox\tpos\nthe lazy dog\tneg\n" * 4)
+    fine = tmp_path / "cls"
+    fine.mkdir()
+    data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
+    results = train(
+        compose_config(
+            fine,
+            [
+                *encoder,
+                "objective=classification",
+                *data,
+                f"init_from={pre / 'run'}",
+                "optim.lr=0.0",
+                "schedule=constant",
+            ],
+        )
+    )
+    before, after = _weights(pre / "run"), _weights(fine / "run")
+    backbone = [k for k in before if k.startswith("backbone.")]
+    assert backbone and all(torch.equal(before[k], after[k]) for k in backbone)
+    assert results["init_from"]["loaded"] == len(backbone)
+    assert sorted(results["init_from"]["new"]) == [
+        "classifier.proj.bias",
+        "classifier.proj.weight",
+        "pooler.dense.bias",
+        "pooler.dense.weight",
+    ]
+    assert results["init_from"]["skipped"] == ["lm_head.weight"], "the MLM head has no place here"
+    assert "val/acc" in results["metrics"]
+
+
+def test_source_tokenizer_without_the_objectives_tokens_is_refused(tmp_path: Path) -> None:
+    from xfmr.training.run import train
+
+    pretrained = _pretrain(tmp_path)  # char tokenizer: no [CLS] or [SEP]
+    tsv = tmp_path / "labelled.tsv"
+    tsv.write_text("sentence\tlabel\nthe quick fox\tpos\nthe dog\tneg\n")
+    out = tmp_path / "cls"
+    out.mkdir()
+    data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
+    with pytest.raises(UserError, match=r"lacks \['\[PAD\]', '\[CLS\]', '\[SEP\]'\]"):
+        train(
+            compose_config(
+                out,
+                [
+                    "size=tiny",
+                    "objective=classification",
+                    "arch=decoder",
+                    "objective.pooling=last",
+                    *data,
+                    f"init_from={pretrained}",
+                ],
+            )
+        )

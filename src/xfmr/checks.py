@@ -49,7 +49,7 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
         raise UserError(f"model: {e}") from None
 
 
-_PARALLEL_FILES = ("train_source", "train_target", "val_source", "val_target")
+_DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "train_path", "val_path")
 
 
 def check_data(cfg: DictConfig) -> None:
@@ -63,12 +63,10 @@ def check_data(cfg: DictConfig) -> None:
         )
     if cfg.data.get("path", "absent") != "absent":
         text_files(cfg.data.path)
-    for key in _PARALLEL_FILES:
+    for key in _DATA_FILES:
         path = cfg.data.get(key)
         if path is None and key in cfg.data:
-            raise UserError(
-                f"data.{key} is not set: give an aligned text file (one sentence a line)"
-            )
+            raise UserError(f"data.{key} is not set: give the file")
         if path is not None and not Path(path).is_file():
             raise UserError(f"data.{key}={str(path)!r} does not exist")
 

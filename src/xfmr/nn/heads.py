@@ -138,3 +138,53 @@ class EncoderPretraining(ParameterCount, nn.Module):
         """
         hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
         return self.mlm(hidden), self.nsp(self.pooler(hidden))
+
+
+POOLINGS = ("first", "last", "mean")
+
+
+class SequenceClassification(ParameterCount, nn.Module):
+    """A backbone (BERT-style encoder or GPT-style decoder) summarised into one vector per
+    sequence, then classified: `first` pools [CLS] through BERT's Pooler, `last` takes the last
+    real token (a causal decoder has seen everything there), `mean` averages real tokens.
+
+    Args:
+        config: the backbone's shape; arch "encoder" or "decoder".
+        n_classes: number of labels.
+        pooling: one of POOLINGS.
+    """
+
+    def __init__(self, config: ModelConfig, *, n_classes: int, pooling: str = "first") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r} is not one of {list(POOLINGS)}")
+        from xfmr.nn.models import DecoderOnly
+
+        backbones = {"encoder": Encoder, "decoder": DecoderOnly}
+        if config.arch not in backbones:
+            raise ValueError(
+                f"classification needs arch in {sorted(backbones)}, not {config.arch!r}"
+            )
+        self.config = config
+        self.pooling = pooling
+        self.backbone = backbones[config.arch](config)
+        self.pooler = Pooler(config.d_model, bias=config.bias) if pooling == "first" else None
+        self.classifier = SequenceClassifier(config.d_model, n_classes, dropout=config.dropout)
+        init_weights(self, config)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, n_classes)."""
+        hidden = self.backbone(input_ids, attention_mask)  # (B, T, C)
+        if self.pooler is not None:
+            return self.classifier(self.pooler(hidden))
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(
+            hidden.dtype
+        )  # (B, T)
+        if self.pooling == "last":  # right padding: the last real token
+            last = mask.sum(1).long().clamp(min=1) - 1  # (B,)
+            pooled = hidden[torch.arange(hidden.size(0)), last]  # (B, C)
+        else:
+            pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        return self.classifier(pooled)

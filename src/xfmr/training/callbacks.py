@@ -117,6 +117,7 @@ class TextSample(L.Callback):
             or trainer.global_rank != 0
             or getattr(getattr(pl_module.model, "config", None), "arch", None)
             not in ("decoder", "rnn")
+            or not hasattr(pl_module.model, "lm_head")  # a language model, not a classifier
         ):
             return
         import logging

@@ -36,13 +36,18 @@ class XfmrModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
-        self.model: nn.Module = build_model(ModelConfig.from_dict(model_config))
+        # An objective with a task head of its own (classification) builds its model.
+        build = getattr(objective, "build_model", build_model)
+        self.model: nn.Module = build(ModelConfig.from_dict(model_config))
         self.objective = objective
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.backbone_lr_scale = backbone_lr_scale
         self.val_loss = MeanMetric()
-        self.val_ppl = Perplexity(ignore_index=IGNORE_INDEX)
+        metrics = getattr(
+            objective, "metrics", lambda: {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
+        )
+        self.val_metrics = nn.ModuleDict(metrics())
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model(*args, **kwargs)
@@ -56,9 +61,13 @@ class XfmrModule(L.LightningModule):
         loss, logits = self.objective.forward(self.model, batch)
         counted = (batch["labels"] != IGNORE_INDEX).sum()
         self.val_loss.update(loss, weight=counted)
-        self.val_ppl.update(logits.float(), batch["labels"])
+        if hasattr(self.objective, "update_metrics"):
+            self.objective.update_metrics(self.val_metrics, logits, batch)
+        else:  # token-level objectives: perplexity over the counted tokens
+            self.val_metrics["ppl"].update(logits.float(), batch["labels"])
         self.log("val/loss", self.val_loss, prog_bar=True)
-        self.log("val/ppl", self.val_ppl)
+        for name, metric in self.val_metrics.items():
+            self.log(f"val/{name}", metric)
 
     def _mixed_precision_clipping(self) -> bool:
         trainer = self.trainer

@@ -63,6 +63,8 @@ def train(
         pretrained=source.tokenizer if source else None,
     )
     objective.bind(tokenizer)
+    if hasattr(objective, "bind_labels"):  # the label set is the data's, known once it is read
+        objective.bind_labels(datamodule.label_names())
     datamodule.attach(tokenizer, objective.collate)
     if source and source.kind == "hf":
         model_config = pretrained_model_config(cfg, source.path, objective).to_dict()
@@ -172,6 +174,14 @@ def prepare_tokenizer(
         return TextTokenizer.load(own)
     if pretrained is not None:  # the checkpoint's own vocabulary
         tokenizer = TextTokenizer.load(pretrained)
+        missing = [t for t in special_tokens if tokenizer.token_to_id(t) is None]
+        if missing:
+            raise UserError(
+                f"init_from: the source's tokenizer {pretrained} lacks {missing}, which "
+                f"objective={cfg.objective._target_.rsplit('.', 1)[-1]} needs; pretrain with a "
+                f"tokenizer that has them (tokenizer=wordpiece, or list them in "
+                f"tokenizer.special_tokens)"
+            )
         tokenizer.save(own)
         return tokenizer
     if cache_only:

@@ -1,0 +1,117 @@
+"""Labelled texts (or text pairs) from TSV, CSV or JSONL files, for classification."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from xfmr.data.formats import TextExample, read_delimited
+from xfmr.errors import UserError
+from xfmr.text.tokenizers import TextTokenizer
+
+log = logging.getLogger("xfmr")
+
+
+class DelimitedDataModule(L.LightningDataModule):
+    """Args:
+    train_path, val_path: TSV/CSV/JSONL files (the suffix decides the format).
+    text_field, label_field, text_pair_field: column names (or indices without a header).
+    labels: the label set, in class-index order; None takes the sorted labels of the training
+        file, and a validation label outside it is a bad row.
+    on_bad_row: "error" stops at the first bad row with its file and line; "skip" drops bad
+        rows and logs how many and why.
+    """
+
+    def __init__(
+        self,
+        *,
+        train_path: str | None = None,
+        val_path: str | None = None,
+        text_field: str | int = "sentence",
+        label_field: str | int = "label",
+        text_pair_field: str | int | None = None,
+        labels: list[str] | None = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        on_bad_row: str = "error",
+    ) -> None:
+        super().__init__()
+        for key, value in (("train_path", train_path), ("val_path", val_path)):
+            if not value:
+                raise UserError(f"data.{key} is not set: give a TSV, CSV or JSONL file")
+        self.paths = (train_path, val_path)
+        self.fields = {
+            "text_field": text_field,
+            "label_field": label_field,
+            "text_pair_field": text_pair_field,
+        }
+        self.labels = [str(label) for label in labels] if labels else None
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.on_bad_row = on_bad_row
+        self._examples: tuple[list[TextExample], list[TextExample]] | None = None
+        self.train_set: list = []
+        self.val_set: list = []
+        self.collate_fn: Callable | None = None
+
+    def examples(self) -> tuple[list[TextExample], list[TextExample]]:
+        if self._examples is None:
+            train = self._read(self.paths[0], self.labels)
+            self.labels = self.labels or sorted({e.label for e in train})
+            self._examples = (train, self._read(self.paths[1], self.labels))
+        return self._examples
+
+    def _read(self, path: str, labels: list[str] | None) -> list[TextExample]:
+        examples, bad_rows = read_delimited(
+            path, **self.fields, labels=labels, on_bad_row=self.on_bad_row
+        )
+        if len(bad_rows):
+            log.warning("%s", bad_rows.summary())
+        if not examples:
+            raise UserError(f"data: {path} has no usable rows")
+        return examples
+
+    def label_names(self) -> list[str]:
+        self.examples()
+        return list(self.labels)
+
+    def split_text(self) -> tuple[str, str]:
+        train, val = self.examples()
+        return _texts(train), _texts(val)
+
+    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
+        index = {label: i for i, label in enumerate(self.label_names())}
+        train, val = self.examples()
+        self.train_set = self._encode(tokenizer, train, index)
+        self.val_set = self._encode(tokenizer, val, index)
+        self.collate_fn = collate_fn
+
+    @staticmethod
+    def _encode(tokenizer: TextTokenizer, rows: list[TextExample], index: dict[str, int]) -> list:
+        texts = tokenizer.encode_batch([e.text for e in rows])
+        pairs = [tokenizer.encode(e.text_pair) if e.text_pair else None for e in rows]
+        return [(t, p, index[e.label]) for t, p, e in zip(texts, pairs, rows, strict=True)]
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def _loader(self, rows: list, *, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            rows,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            persistent_workers=self.num_workers > 0,
+        )
+
+
+def _texts(rows: list[TextExample]) -> str:
+    return "\n".join(e.text + ("\n" + e.text_pair if e.text_pair else "") for e in rows)

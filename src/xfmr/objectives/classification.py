@@ -1,0 +1,70 @@
+"""Sequence classification (Devlin et al. 2019, sec. 4.1; Radford et al. 2018, sec. 3.3): single
+sentences or sentence pairs, `[CLS] A [SEP] (B [SEP])`, one label per example."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from xfmr.nn.config import ModelConfig
+from xfmr.objectives.archs import OBJECTIVE_ARCHS
+from xfmr.objectives.span_corruption import pad_rows
+
+
+class ClassificationObjective:
+    """Args:
+    pooling: "first" ([CLS], encoders), "last" (the last real token, decoders) or "mean".
+    max_length: tokens kept per example, specials included.
+    """
+
+    name = "classification"
+    supported_archs = OBJECTIVE_ARCHS["ClassificationObjective"]
+    required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
+
+    def __init__(self, *, pooling: str = "first", max_length: int = 128) -> None:
+        self.pooling = pooling
+        self.max_length = max_length
+        self.label_names: list[str] = []
+        self.pad_id = self.cls_id = self.sep_id = None
+
+    def bind(self, tokenizer) -> None:
+        self.pad_id = tokenizer.token_to_id("[PAD]")
+        self.cls_id = tokenizer.token_to_id("[CLS]")
+        self.sep_id = tokenizer.token_to_id("[SEP]")
+
+    def bind_labels(self, label_names: list[str]) -> None:
+        self.label_names = list(label_names)
+
+    def build_model(self, config: ModelConfig) -> nn.Module:
+        from xfmr.nn.heads import SequenceClassification
+
+        return SequenceClassification(config, n_classes=len(self.label_names), pooling=self.pooling)
+
+    def metrics(self) -> dict[str, nn.Module]:
+        return {"acc": MulticlassAccuracy(num_classes=len(self.label_names), average="micro")}
+
+    def update_metrics(self, metrics: nn.ModuleDict, logits: torch.Tensor, batch: dict) -> None:
+        metrics["acc"].update(logits.argmax(-1), batch["labels"])
+
+    def encode(self, ids: list[int], pair: list[int] | None = None) -> list[int]:
+        tokens = [self.cls_id, *ids, self.sep_id]
+        if pair is not None:
+            tokens += [*pair, self.sep_id]
+        return tokens[: self.max_length]
+
+    def collate(
+        self, examples: list[tuple[list[int], list[int] | None, int]]
+    ) -> dict[str, torch.Tensor]:
+        """(text ids, pair ids or None, label index) -> padded `[CLS] A [SEP] (B [SEP])`."""
+        rows = [self.encode(ids, pair) for ids, pair, _ in examples]
+        input_ids, attention_mask = pad_rows(rows, self.pad_id)
+        labels = torch.tensor([label for _, _, label in examples], dtype=torch.long)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    def forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(batch["input_ids"], batch["attention_mask"])  # (B, n_classes)
+        return F.cross_entropy(logits.float(), batch["labels"]), logits
