@@ -50,7 +50,3 @@ class CausalLMObjective:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
         loss = token_loss(logits, batch["labels"])
         return loss, logits
-
-    @staticmethod
-    def count_tokens(batch: dict[str, torch.Tensor]) -> int:
-        return int(batch["input_ids"].numel())

@@ -256,12 +256,6 @@ def fit_or_load(
     return tokenizer, False
 
 
-def save_copy(tokenizer: TextTokenizer, run_dir: str | Path) -> Path:
-    path = Path(run_dir) / "tokenizer.json"
-    tokenizer.save(path)
-    return path
-
-
 def text_fingerprint(texts: Iterable[str]) -> str:
     """Content hash of the training text: the tokenizer cache key's data half."""
     digest = hashlib.sha256()
