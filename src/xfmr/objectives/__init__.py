@@ -1,16 +1,24 @@
-"""What a batch becomes and what the loss is."""
+"""What a batch becomes and what the loss is.
 
-from xfmr.objectives.classification import ClassificationObjective
-from xfmr.objectives.clm import IGNORE_INDEX, CausalLMObjective
-from xfmr.objectives.mlm import MaskedLMObjective
-from xfmr.objectives.seq2seq import Seq2SeqObjective
-from xfmr.objectives.span_corruption import SpanCorruptionObjective
+Names are imported lazily so that `xfmr.objectives.archs` (the tables the CLI checks a config
+against before anything heavy loads) does not pull in torch.
+"""
 
-__all__ = [
-    "IGNORE_INDEX",
-    "ClassificationObjective",
-    "CausalLMObjective",
-    "MaskedLMObjective",
-    "Seq2SeqObjective",
-    "SpanCorruptionObjective",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "IGNORE_INDEX": "xfmr.objectives.clm",
+    "CausalLMObjective": "xfmr.objectives.clm",
+    "ClassificationObjective": "xfmr.objectives.classification",
+    "MaskedLMObjective": "xfmr.objectives.mlm",
+    "Seq2SeqObjective": "xfmr.objectives.seq2seq",
+    "SpanCorruptionObjective": "xfmr.objectives.span_corruption",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'xfmr.objectives' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
