@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from xfmr.objectives import IGNORE_INDEX, CausalLMObjective
@@ -78,14 +79,8 @@ def test_span_statistics_follow_t5() -> None:
         spans_seen += len(spans)
         assert all(end > start for start, end in spans)
         assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), "spans never touch"
-    assert noise / (500 * 512) == pytest_approx(0.15, 0.002)
-    assert noise / spans_seen == pytest_approx(3.0, 0.05)
-
-
-def pytest_approx(value: float, tolerance: float):
-    import pytest
-
-    return pytest.approx(value, abs=tolerance)
+    assert noise / (500 * 512) == pytest.approx(0.15, abs=0.002)
+    assert noise / spans_seen == pytest.approx(3.0, abs=0.05)
 
 
 def test_span_corruption_batch_shapes_and_teacher_forcing() -> None:

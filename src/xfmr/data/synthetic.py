@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from xfmr.data.text import TextCorpusDataModule
+from xfmr.errors import UserError
 
 _NOUNS = ["cat", "dog", "bird", "owl", "fox", "horse", "eagle", "tiger", "otter"]
 _ADJECTIVES = ["small", "old", "quick", "lazy", "red", "angry", "quiet", "happy", "brave", "odd"]
@@ -63,7 +64,7 @@ class SyntheticCorpusDataModule(TextCorpusDataModule):
     def __init__(self, *, n_sentences: int = 10_000, corpus_seed: int = 0, **kwargs) -> None:
         super().__init__(**kwargs)
         if n_sentences < 1:
-            raise ValueError(f"data.n_sentences={n_sentences} must be a positive integer")
+            raise UserError(f"data.n_sentences={n_sentences} must be a positive integer")
         self.n_sentences = n_sentences
         self.corpus_seed = corpus_seed
 
