@@ -7,12 +7,16 @@ against before anything heavy loads) does not pull in torch.
 from importlib import import_module
 
 _EXPORTS = {
+    "AttentionRecord": "xfmr.nn.attention",
     "CrossAttention": "xfmr.nn.attention",
+    "KVCache": "xfmr.nn.attention",
+    "LayerCache": "xfmr.nn.attention",
     "MultiHeadAttention": "xfmr.nn.attention",
     "causal_mask": "xfmr.nn.attention",
     "combine_masks": "xfmr.nn.attention",
     "fold_masks": "xfmr.nn.attention",
     "padding_mask": "xfmr.nn.attention",
+    "record_attention": "xfmr.nn.attention",
     "ModelConfig": "xfmr.nn.config",
     "PosConfig": "xfmr.nn.config",
     "Encoder": "xfmr.nn.encoder",

@@ -3,9 +3,17 @@
 Masking convention: a boolean mask is True where a query may attend to a key. An additive float
 `bias` (a positional scheme's) is added to the scores. The two are folded into one float mask only
 when both are present; plain causal attention with neither keeps SDPA's `is_causal` fast kernel.
+
+Decoding keeps a `KVCache`: each self-attention layer appends the new tokens' keys and values
+(rotated first, under rotary positions) and attends over all of them; cross-attention projects
+the encoder states once and reuses them. `record_attention` captures attention weights.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +61,7 @@ def fold_masks(
     is_causal: bool,
     query_length: int,
     key_length: int,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor | None, bool]:
     """What SDPA takes, `(attn_mask, is_causal)`, from a boolean mask, an additive bias and causality.
 
@@ -60,11 +69,18 @@ def fold_masks(
     causality), so plain causal attention keeps `is_causal=True` and no mask. Otherwise causality
     becomes an explicit mask, and a bias with a mask becomes one float mask with -inf where the
     boolean mask is False. A stack calls this once per forward and hands the result to every layer.
+
+    Under a KV cache (`key_length` > `query_length`) causality is always made explicit, since
+    SDPA's `is_causal` aligns the queries with the first keys; a single query (the newest token)
+    sees every key and needs no causal mask at all. `device` places a causal mask that neither
+    `mask` nor `bias` can (both None under a cache).
     """
-    if bias is None and (mask is None or not is_causal):
+    if is_causal and query_length == 1:
+        is_causal = False
+    if bias is None and (not is_causal or (mask is None and query_length == key_length)):
         return mask, is_causal
     if is_causal:
-        device = (mask if mask is not None else bias).device
+        device = mask.device if mask is not None else bias.device if bias is not None else device
         mask = combine_masks(causal_mask(query_length, device, key_length=key_length), mask)
     elif mask is not None and mask.dtype == torch.bool:
         mask = combine_masks(mask)  # an all-padding row must not become all -inf (NaN)
@@ -77,8 +93,102 @@ def fold_masks(
     return bias.masked_fill(~mask, float("-inf")), False
 
 
+@dataclass
+class LayerCache:
+    """One layer's cached keys and values, each (B, nh, S, hs): self-attention's grow by the
+    new tokens on every call; cross-attention's are the encoder's, projected once."""
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    cross_keys: torch.Tensor | None = None
+    cross_values: torch.Tensor | None = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Add the new tokens' (B, nh, T, hs) keys and values; returns all of them (B, nh, S, hs)."""
+        if self.keys is not None:
+            keys = torch.cat((self.keys, keys), dim=2)
+            values = torch.cat((self.values, values), dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+
+class KVCache:
+    """The keys and values of every attention layer of one stack, kept between decoding steps
+    so that each step runs only the new token: its attention costs O(S) against the S cached
+    keys, where rerunning the whole sequence would cost O(S^2) (and every layer's projections).
+
+    The stack that receives it fills one `LayerCache` per block. `length` is the number of
+    cached positions (columns): the next token's column, and the offset a stack adds to it.
+    """
+
+    def __init__(self) -> None:
+        self.layers: list[LayerCache] = []
+
+    def layer(self, index: int) -> LayerCache:
+        while len(self.layers) <= index:
+            self.layers.append(LayerCache())
+        return self.layers[index]
+
+    @property
+    def length(self) -> int:
+        if not self.layers or self.layers[0].keys is None:
+            return 0
+        return self.layers[0].keys.size(2)
+
+    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
+        """Keep rows `index` (B',) in that order: beam search's surviving parents, or the rows
+        still decoding. `cross=False` leaves the encoder keys and values alone, which is exact
+        when every row keeps the source it had (beams of one source share them)."""
+        for layer in self.layers:
+            if layer.keys is not None:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
+            if cross and layer.cross_keys is not None:
+                layer.cross_keys = layer.cross_keys.index_select(0, index)
+                layer.cross_values = layer.cross_values.index_select(0, index)
+
+
+@dataclass
+class AttentionRecord:
+    """One attention call seen by `record_attention`.
+
+    Args:
+        layer: the attention module's path in the model, e.g. "decoder.blocks.0.cross_attn".
+        kind: "self" or "cross".
+        weights: (B, H, T, S) probabilities after masking and softmax, detached, float32.
+    """
+
+    layer: str
+    kind: str
+    weights: torch.Tensor
+
+
+@contextmanager
+def record_attention(model: nn.Module) -> Iterator[list[AttentionRecord]]:
+    """Within the block, every attention call in `model` appends an `AttentionRecord` to the
+    yielded list. Recording switches those calls from SDPA to an explicit softmax(q k^T * scale
+    + mask) (slower, same outputs); outside the block nothing changes.
+    """
+    records: list[AttentionRecord] = []
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, _Attention)]
+    previous = [m.__dict__.get("_recorder") for _, m in modules]
+    for name, module in modules:
+        module._recorder = (name, records)
+    try:
+        yield records
+    finally:
+        for (_, module), before in zip(modules, previous, strict=True):
+            if before is None:
+                del module._recorder
+            else:
+                module._recorder = before
+
+
 class _Attention(nn.Module):
     """What self- and cross-attention share: heads, scale, dropout, output projection."""
+
+    kind = "self"
+    _recorder: tuple[str, list[AttentionRecord]] | None = None  # set by `record_attention`
 
     def __init__(
         self,
@@ -110,20 +220,49 @@ class _Attention(nn.Module):
         mask: torch.Tensor | None,
         is_causal: bool,
     ) -> torch.Tensor:
-        if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)  # a float32 bias must match half-precision queries
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.attn_dropout if self.training else 0.0,
-            is_causal=is_causal,
-            scale=self.scale,
-        )  # (B, nh, T, hs)
+        if self._recorder is not None:
+            y = self._attend_recorded(q, k, v, mask, is_causal)  # (B, nh, T, hs)
+        else:
+            if mask is not None and mask.is_floating_point():
+                mask = mask.to(q.dtype)  # a float32 bias must match half-precision queries
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=self.attn_dropout if self.training else 0.0,
+                is_causal=is_causal,
+                scale=self.scale,
+            )  # (B, nh, T, hs)
         B, nh, T, hs = y.shape
         y = y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, C)
         return self.resid_dropout(self.out(y))
+
+    def _attend_recorded(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        """SDPA written out (Vaswani et al. 2017, eq. 1), keeping the weights for the recorder."""
+        T, S = q.size(-2), k.size(-2)
+        scale = q.size(-1) ** -0.5 if self.scale is None else self.scale
+        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # (B, nh, T, S)
+        if is_causal:
+            scores = scores.masked_fill(~causal_mask(T, q.device, key_length=S), float("-inf"))
+        if mask is not None:
+            scores = (
+                scores + mask.float()
+                if mask.is_floating_point()
+                else scores.masked_fill(~mask, float("-inf"))
+            )
+        weights = scores.softmax(dim=-1)  # (B, nh, T, S)
+        name, records = self._recorder
+        records.append(AttentionRecord(layer=name, kind=self.kind, weights=weights.detach()))
+        weights = F.dropout(weights, self.attn_dropout, training=self.training)
+        return weights.to(v.dtype) @ v  # (B, nh, T, hs)
 
 
 class MultiHeadAttention(_Attention):
@@ -167,13 +306,16 @@ class MultiHeadAttention(_Attention):
         bias: torch.Tensor | None = None,
         is_causal: bool = False,
         rotation: Rotation | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C).
 
-        mask: boolean broadcastable to (B, H, T, T), True = attend, or an already folded float
-            mask (see `fold_masks`). bias: additive float, broadcastable to (B, H, T, T).
+        mask: boolean broadcastable to (B, H, T, S), True = attend, or an already folded float
+            mask (see `fold_masks`). bias: additive float, broadcastable to (B, H, T, S).
         is_causal: with no mask and no bias, SDPA applies the causal mask itself (its fast path).
         rotation: (cos, sin) from rotary positions, applied to q and k.
+        cache: this layer's keys and values so far; the new ones are appended (S = past + T),
+            after rotation, so each key keeps the rotation of its own position.
         """
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
@@ -182,9 +324,12 @@ class MultiHeadAttention(_Attention):
         v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
         if rotation is not None:
             q, k = apply_rotary(q, *rotation), apply_rotary(k, *rotation)
-        if bias is not None or (is_causal and mask is not None):
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, nh, S, hs)
+        S = k.size(2)
+        if bias is not None or (is_causal and (mask is not None or S != T)):
             mask, is_causal = fold_masks(
-                mask, bias, is_causal=is_causal, query_length=T, key_length=T
+                mask, bias, is_causal=is_causal, query_length=T, key_length=S, device=q.device
             )
         return self._attend(q, k, v, mask, is_causal)
 
@@ -195,6 +340,8 @@ class CrossAttention(_Attention):
 
     Takes the same arguments as MultiHeadAttention. No positional bias or rotation (as in T5).
     """
+
+    kind = "cross"
 
     def __init__(
         self,
@@ -219,10 +366,24 @@ class CrossAttention(_Attention):
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(
-        self, x: torch.Tensor, context: torch.Tensor, *, mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """x: (B, T, C) decoder states; context: (B, S, C) encoder states; mask: boolean
-        broadcastable to (B, H, T, S), True = attend (a source padding mask) -> (B, T, C)."""
-        k, v = self.kv(context).split(x.size(-1), dim=2)
-        q, k, v = self._heads(self.q(x)), self._heads(k), self._heads(v)  # (B, nh, T|S, hs)
-        return self._attend(q, k, v, mask, False)
+        broadcastable to (B, H, T, S), True = attend (a source padding mask) -> (B, T, C).
+
+        cache: where the encoder's keys and values are kept after the first call, which
+        projects them; later calls reuse them and ignore `context`.
+        """
+        if cache is not None and cache.cross_keys is not None:
+            k, v = cache.cross_keys, cache.cross_values  # (B, nh, S, hs)
+        else:
+            k, v = self.kv(context).split(x.size(-1), dim=2)
+            k, v = self._heads(k), self._heads(v)  # (B, nh, S, hs)
+            if cache is not None:
+                cache.cross_keys, cache.cross_values = k, v
+        return self._attend(self._heads(self.q(x)), k, v, mask, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xfmr.nn.attention import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import Encoder
 from xfmr.nn.stack import TransformerStack
@@ -58,10 +59,13 @@ class EncoderDecoder(ParameterCount, nn.Module):
         decoder_attention_mask: torch.Tensor | None = None,
         *,
         offset: int = 0,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
         """Target ids (B, T) and encoder states (B, S, C) -> logits (B, T, V).
 
         attention_mask: the source's (B, S); decoder_attention_mask: the target's (B, T).
+        cache: the decoder's keys and values so far (these T tokens follow them) and the
+            encoder's, projected on the first call.
         """
         hidden = self.decoder(
             decoder_input_ids,
@@ -69,6 +73,7 @@ class EncoderDecoder(ParameterCount, nn.Module):
             context=encoder_states,
             context_mask=attention_mask,
             offset=offset,
+            cache=cache,
         )  # (B, T, C)
         if self.logit_scale is not None:
             hidden = hidden * self.logit_scale

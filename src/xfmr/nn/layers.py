@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from xfmr.nn.attention import CrossAttention, MultiHeadAttention
+from xfmr.nn.attention import CrossAttention, LayerCache, MultiHeadAttention
 from xfmr.nn.positions import Rotation
 
 
@@ -142,17 +142,20 @@ class Block(nn.Module):
         rotation: Rotation | None = None,
         context: torch.Tensor | None = None,
         context_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """x: (B, T, C); context: (B, S, C) encoder states, needed iff the block cross-attends.
 
         mask: boolean, or float with a positional bias already folded in (`fold_masks`).
+        cache: this layer's keys and values from earlier decoding steps (see `KVCache`).
         """
+        attend = dict(mask=mask, is_causal=is_causal, rotation=rotation, cache=cache)
         if self.placement == "pre":
-            x = x + self.attn(self.attn_norm(x), mask=mask, is_causal=is_causal, rotation=rotation)
+            x = x + self.attn(self.attn_norm(x), **attend)
             if self.cross_attn is not None:
-                x = x + self.cross_attn(self.cross_norm(x), context, mask=context_mask)
+                x = x + self.cross_attn(self.cross_norm(x), context, mask=context_mask, cache=cache)
             return x + self.ffn(self.ffn_norm(x))
-        x = self.attn_norm(x + self.attn(x, mask=mask, is_causal=is_causal, rotation=rotation))
+        x = self.attn_norm(x + self.attn(x, **attend))
         if self.cross_attn is not None:
-            x = self.cross_norm(x + self.cross_attn(x, context, mask=context_mask))
+            x = self.cross_norm(x + self.cross_attn(x, context, mask=context_mask, cache=cache))
         return self.ffn_norm(x + self.ffn(x))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xfmr.nn.attention import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import EncoderLM
 from xfmr.nn.encoder_decoder import EncoderDecoder
@@ -38,10 +39,20 @@ class CausalLM(ParameterCount, nn.Module):
         init_weights(self, config)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """input_ids: (B, T) -> logits (B, T, V)."""
-        return self.lm_head(self.backbone(input_ids, attention_mask))
+        """input_ids: (B, T) -> logits (B, T, V).
+
+        positions: (B, T) per-row positions (left-padded prompts); cache: keys and values of
+        the earlier tokens, extended by these (then `attention_mask` is (B, past + T)).
+        """
+        hidden = self.backbone(input_ids, attention_mask, positions=positions, cache=cache)
+        return self.lm_head(hidden)
 
 
 # arch -> the model `build_model` returns; each maps token ids to logits over the vocabulary.

@@ -3,13 +3,17 @@
 Each scheme has a `kind` saying where it acts, and implements the one hook that matches it:
 
     absolute  `embed(x)`            adds a (T, C) signal to the token embeddings
-    bias      `attention_bias(T)`   an additive (1, H, T, T) attention bias, computed once per
+    bias      `attention_bias(T)`   an additive (1, H, T, S) attention bias, computed once per
                                     stack per forward and shared by all of its layers
     rotary    `rotation(T)`         (cos, sin) that rotate q and k inside every attention layer
 
 The other two hooks return their input / None, so a stack calls all three without asking
-which kind it holds. Every hook takes `offset`, the position of the first token (a KV cache
-will need it; the shift-invariance tests use it).
+which kind it holds. Every hook takes `offset`, the position of the first token. Under a KV
+cache the T new queries attend to S >= T keys, the last of which is the newest query
+(`key_length`). With left-padded rows of different lengths, `embed` and `rotation` also take
+per-row `positions` (B, T); a bias needs none, because it sees only key - query differences,
+and within a row those are the same whether counted from the row's first real token or from
+column 0.
 
 Adding a scheme: one class here, registered in POSITIONS, its name in
 `xfmr.nn.config.POS_NAMES`, and one YAML file in conf/pos/.
@@ -23,7 +27,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-Rotation = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, head_dim)
+Rotation = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, hd), or (B, 1, T, hd) per row
 
 
 class PositionScheme(nn.Module):
@@ -35,14 +39,30 @@ class PositionScheme(nn.Module):
     kind: ClassVar[str]
     options: ClassVar[tuple[str, ...]]
 
-    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+    def embed(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return x
 
-    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor | None:
+    def attention_bias(
+        self, length: int, *, offset: int = 0, key_length: int | None = None
+    ) -> torch.Tensor | None:
         return None
 
-    def rotation(self, length: int, *, offset: int = 0) -> Rotation | None:
+    def rotation(
+        self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> Rotation | None:
         return None
+
+
+def _key_positions(
+    length: int, offset: int, key_length: int | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query positions offset .. offset+T-1 and the S key positions that end at the last query
+    (S = T without a cache), each 1-D."""
+    end = offset + length
+    start = end - (length if key_length is None else key_length)
+    return torch.arange(offset, end, device=device), torch.arange(start, end, device=device)
 
 
 # --- absolute: added to the embeddings -------------------------------------------------------
@@ -90,8 +110,13 @@ class SinusoidalPositions(PositionScheme):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return x + self.table[offset : offset + x.size(1)].to(x.dtype)
 
-    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        return self(x, offset)
+    def embed(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if positions is None:
+            return self(x, offset)
+        _check_table(positions, self.max_positions)
+        return x + self.table[positions].to(x.dtype)  # (B, T, C)
 
 
 class LearnedPositions(PositionScheme):
@@ -115,8 +140,20 @@ class LearnedPositions(PositionScheme):
             )
         return x + self.embedding.weight[offset:end]
 
-    def embed(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        return self(x, offset)
+    def embed(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if positions is None:
+            return self(x, offset)
+        _check_table(positions, self.max_positions)
+        return x + self.embedding(positions)  # (B, T, C)
+
+
+def _check_table(positions: torch.Tensor, max_positions: int) -> None:
+    if positions.numel() and int(positions.max()) >= max_positions:
+        raise ValueError(
+            f"position {int(positions.max())} exceeds pos.max_positions={max_positions}"
+        )
 
 
 # --- bias: added to the attention scores -----------------------------------------------------
@@ -182,9 +219,12 @@ class RelativePositions(PositionScheme):
         )
         return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, S)
 
-    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor:
-        positions = torch.arange(offset, offset + length, device=self.embedding.weight.device)
-        return self(positions, positions)
+    def attention_bias(
+        self, length: int, *, offset: int = 0, key_length: int | None = None
+    ) -> torch.Tensor:
+        """(1, H, T, S): T queries from `offset`, S keys ending at the last query."""
+        device = self.embedding.weight.device
+        return self(*_key_positions(length, offset, key_length, device))
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -219,9 +259,11 @@ class AlibiPositions(PositionScheme):
         distance = (key_positions[None, :] - query_positions[:, None]).abs()  # (T, S)
         return -self.slopes[None, :, None, None] * distance[None, None].float()  # (1, H, T, S)
 
-    def attention_bias(self, length: int, *, offset: int = 0) -> torch.Tensor:
-        positions = torch.arange(offset, offset + length, device=self.slopes.device)
-        return self(positions, positions)
+    def attention_bias(
+        self, length: int, *, offset: int = 0, key_length: int | None = None
+    ) -> torch.Tensor:
+        """(1, H, T, S): T queries from `offset`, S keys ending at the last query."""
+        return self(*_key_positions(length, offset, key_length, self.slopes.device))
 
 
 # --- rotary: rotates q and k -----------------------------------------------------------------
@@ -249,19 +291,25 @@ class RotaryPositions(PositionScheme):
         self.register_buffer("inv_freq", rotary_base**-exponents, persistent=False)  # (hd/2,)
 
     def forward(self, positions: torch.Tensor) -> Rotation:
-        """positions (T,) -> (cos, sin), each (T, head_dim), in float32."""
-        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, hd/2)
-        angles = torch.cat((angles, angles), dim=-1)  # (T, hd): channels i and i + hd/2 share one
+        """positions (T,) or (B, T) -> (cos, sin), each (..., T, head_dim), in float32."""
+        angles = positions.float()[..., None] * self.inv_freq  # (..., T, hd/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (..., T, hd): channels i, i + hd/2 share one
         return angles.cos(), angles.sin()
 
-    def rotation(self, length: int, *, offset: int = 0) -> Rotation:
-        return self(torch.arange(offset, offset + length, device=self.inv_freq.device))
+    def rotation(
+        self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> Rotation:
+        """(cos, sin), each (T, hd); with per-row `positions` (B, T), each (B, 1, T, hd)."""
+        if positions is None:
+            return self(torch.arange(offset, offset + length, device=self.inv_freq.device))
+        cos, sin = self(positions)  # (B, T, hd) each
+        return cos[:, None], sin[:, None]  # (B, 1, T, hd): one rotation for every head
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate (x_i, x_{i+d/2}) by each angle: x * cos + rotate_half(x) * sin.
 
-    x: (B, H, T, hd); cos, sin: (T, hd), broadcast over batch and heads.
+    x: (B, H, T, hd); cos, sin: (T, hd) broadcast over batch and heads, or (B, 1, T, hd).
     """
     half = x.size(-1) // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # (B, H, T, hd)

@@ -16,6 +16,9 @@ RNN_CELLS: dict[str, type[nn.RNNBase]] = {
     "tanh": nn.RNN,  # Elman 1990; nn.RNN's default nonlinearity is tanh
 }
 
+# The recurrence's state between calls: h, or (h, c) for an LSTM, each (n_layers, B, d_model).
+RecurrentState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
 
 class RNNLM(ParameterCount, nn.Module):
     """Embedding -> dropout -> recurrent layers (hidden = d_model) -> dropout -> LM head.
@@ -49,3 +52,29 @@ class RNNLM(ParameterCount, nn.Module):
         """input_ids: (B, T) -> logits (B, T, V)."""
         hidden, _ = self.rnn(self.drop(self.tok_emb(input_ids)))  # (B, T, C)
         return self.lm_head(self.drop(hidden))
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        state: RecurrentState | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, RecurrentState]:
+        """Continue the recurrence from `state` (None: zeros) over input_ids (B, T): logits
+        (B, T, V) and the state after each row's last real token, for decoding step by step.
+
+        lengths: (B,) real lengths of right-padded rows, >= 1; pads then leave the state alone
+        (their logits are those of a zero hidden state).
+        """
+        x = self.drop(self.tok_emb(input_ids))  # (B, T, C)
+        if lengths is None:
+            hidden, state = self.rnn(x, state)
+        else:
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            hidden, state = self.rnn(packed, state)
+            hidden, _ = nn.utils.rnn.pad_packed_sequence(
+                hidden, batch_first=True, total_length=x.size(1)
+            )  # (B, T, C)
+        return self.lm_head(self.drop(hidden)), state

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.nn.attention import fold_masks, padding_mask
+from xfmr.nn.attention import KVCache, fold_masks, padding_mask
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.layers import Block, build_norm
 from xfmr.nn.positions import build_positions
@@ -19,6 +19,7 @@ class TransformerStack(ParameterCount, nn.Module):
 
     A positional bias is computed once per forward and folded with the masks into the one
     attention mask every layer uses; a rotation is likewise computed once and shared.
+    With a `KVCache` the forward runs only the new tokens against every cached key.
 
     Args:
         config: the model's shape.
@@ -68,8 +69,12 @@ class TransformerStack(ParameterCount, nn.Module):
         token_type_ids: torch.Tensor | None = None,
         *,
         offset: int = 0,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, T) ids -> (B, T, C): token + segment + absolute position, then the embedding norm."""
+        """(B, T) ids -> (B, T, C): token + segment + absolute position, then the embedding norm.
+
+        positions: (B, T) per-row positions, used instead of offset .. offset+T-1.
+        """
         x = self.tok_emb(input_ids)  # (B, T, C)
         if self.config.embed_scale:  # the tied embedding serves both ends (Vaswani et al. 3.4)
             x = x * self.config.d_model**0.5
@@ -77,7 +82,7 @@ class TransformerStack(ParameterCount, nn.Module):
             x = x + (
                 self.type_emb.weight[0] if token_type_ids is None else self.type_emb(token_type_ids)
             )
-        x = self.pos.embed(x, offset=offset)
+        x = self.pos.embed(x, offset=offset, positions=positions)
         return x if self.embed_norm is None else self.embed_norm(x)
 
     def forward(
@@ -89,27 +94,45 @@ class TransformerStack(ParameterCount, nn.Module):
         context: torch.Tensor | None = None,
         context_mask: torch.Tensor | None = None,
         offset: int = 0,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
         """input_ids (B, T) -> hidden states (B, T, C).
 
-        attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        attention_mask: (B, T), 1 for real tokens; with a cache, (B, past + T), one per key.
+        token_type_ids: (B, T) segment ids.
         context, context_mask: encoder states (B, S, C) and the source's (B, S) attention mask,
-            for cross-attention. offset: the position of the first token.
+            for cross-attention (with a cache, only the first call uses `context`).
+        offset: the position of the first token (with a cache, of the first cached one).
+        positions: (B, T) per-row positions of the new tokens, for rows left-padded to one
+            length (each row's first real token at 0). Absolute and rotary schemes use them;
+            a bias sees key - query differences only, which the columns give exactly.
+        cache: keys and values of earlier calls; this call appends the new tokens' and runs
+            them against all past + T keys.
         """
         if self.cross_attention and context is None:
             raise ValueError("a stack with cross-attention needs the encoder states `context`")
-        x = self.drop(self.embed(input_ids, token_type_ids, offset=offset))  # (B, T, C)
+        past = 0 if cache is None else cache.length
+        start = offset + past  # position (column) of the first new token
+        x = self.embed(input_ids, token_type_ids, offset=start, positions=positions)
+        x = self.drop(x)  # (B, T, C)
         T = x.size(1)
+        if attention_mask is not None and attention_mask.size(1) != past + T:
+            raise ValueError(
+                f"attention_mask covers {attention_mask.size(1)} keys, but there are "
+                f"{past} cached + {T} new"
+            )
         mask, is_causal = fold_masks(
             None if attention_mask is None else padding_mask(attention_mask),
-            self.pos.attention_bias(T, offset=offset),  # (1, H, T, T) or None
+            self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
             is_causal=self.causal,
             query_length=T,
-            key_length=T,
+            key_length=past + T,
+            device=x.device,
         )
-        rotation = self.pos.rotation(T, offset=offset)
+        rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
             x = block(
                 x,
                 mask=mask,
@@ -117,6 +140,7 @@ class TransformerStack(ParameterCount, nn.Module):
                 rotation=rotation,
                 context=context,
                 context_mask=cross_mask,
+                cache=None if cache is None else cache.layer(index),
             )
         return self.final_norm(x)
 

@@ -122,24 +122,21 @@ class TextSample(L.Callback):
             return
         import logging
 
-        import torch
-
-        from xfmr.generation import sample
+        from xfmr.generation import GenerationConfig, sample_text
 
         ids = self.tokenizer.encode(self.prompt) or [0]
-        prompt = torch.tensor([ids], device=pl_module.device)
-        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
-        was_training = pl_module.training
-        pl_module.eval()
-        out = sample(
-            pl_module.model,
-            prompt,
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
+        config = GenerationConfig(  # temperature 0: the most likely token every step
+            strategy="sample" if self.temperature > 0 else "greedy",
+            temperature=self.temperature if self.temperature > 0 else 1.0,
             top_k=self.top_k,
-            max_context=self.max_context,
-            generator=generator,
+            seed=self.seed,
         )
-        pl_module.train(was_training)
-        text = self.tokenizer.decode(out[0].tolist())
+        out = sample_text(
+            pl_module.model,
+            ids,
+            max_new_tokens=self.max_new_tokens,
+            config=config,
+            max_context=self.max_context,
+        )
+        text = self.tokenizer.decode(out)
         logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)
