@@ -4,6 +4,7 @@ every invalid one is refused before training with the keys and the valid choices
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -48,6 +49,37 @@ def _compose(tmp_path: Path, overrides: list[str]):
         tsv = tmp_path / "labelled.tsv"
         tsv.write_text("sentence\tlabel\n" + "a fine film\t1\nawful and dull\t0\n" * 4)
         data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
+    elif kind == "tagged":
+        conll = tmp_path / "tagged.txt"
+        conll.write_text(
+            "EU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\nBlackburn NNP I-PER\n\n" * 4
+        )
+        data = ["data=conll", f"data.train_path={conll}", f"data.val_path={conll}"]
+    elif kind == "questions":
+        context = "the tower was built in 1889 in paris ."
+        question = {
+            "id": "q",
+            "question": "when was it built ?",
+            "answers": [{"text": "1889", "answer_start": 23}],
+        }
+        squad = tmp_path / "squad.json"
+        squad.write_text(
+            json.dumps({"data": [{"paragraphs": [{"context": context, "qas": [question]}]}]})
+        )
+        data = [
+            "data=squad",
+            f"data.train_path={squad}",
+            f"data.val_path={squad}",
+            "data.max_length=16",
+            "data.max_query_length=6",
+            "tokenizer=wordpiece",
+            "tokenizer.vocab_size=60",
+        ]
+    elif kind == "documents":
+        documents = tmp_path / "documents.txt"
+        document = "the cat sat on the mat .\nit was warm there .\nthen it slept .\n"
+        documents.write_text("\n".join([document] * 12))
+        data = ["data=documents", f"data.path={documents}", "objective.max_length=16"]
     else:
         data = ["data.n_sentences=300", "data.block_size=16"]
     tiny = [

@@ -49,6 +49,32 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
                 (tmp_path / "l.tsv").write_text("sentence\tlabel\nok\t1\n")
                 overrides += ["data=delimited", f"data.train_path={tmp_path / 'l.tsv'}"]
                 overrides.append(f"data.val_path={tmp_path / 'l.tsv'}")
+            if OBJECTIVE_DATA[name] == "tagged":
+                (tmp_path / "t.txt").write_text("EU B-ORG\nrejects O\n")
+                overrides += ["data=conll", f"data.train_path={tmp_path / 't.txt'}"]
+                overrides.append(f"data.val_path={tmp_path / 't.txt'}")
+            if OBJECTIVE_DATA[name] == "questions":
+                (tmp_path / "q.json").write_text('{"data": []}')
+                overrides += ["data=squad", f"data.train_path={tmp_path / 'q.json'}"]
+                overrides.append(f"data.val_path={tmp_path / 'q.json'}")
+            if OBJECTIVE_DATA[name] == "documents":
+                (tmp_path / "d.txt").write_text("a b.\nc d.\n\ne f.\n")
+                overrides += ["data=documents", f"data.path={tmp_path / 'd.txt'}"]
+        if group == "data" and choice == "squad":
+            (tmp_path / "q.json").write_text('{"data": []}')
+            overrides += ["objective=qa", "arch=encoder"]
+            overrides += [f"data.train_path={tmp_path / 'q.json'}"]
+            overrides.append(f"data.val_path={tmp_path / 'q.json'}")
+        if group == "data" and choice == "documents":
+            (tmp_path / "d.txt").write_text("a b.\nc d.\n\ne f.\n")
+            overrides += ["objective=mlm_nsp", "arch=encoder", f"data.path={tmp_path / 'd.txt'}"]
+        if group == "data" and choice == "conll":
+            (tmp_path / "t.txt").write_text("EU B-ORG\nrejects O\n")
+            overrides += ["objective=tagging", "arch=encoder"]
+            overrides += [
+                f"data.train_path={tmp_path / 't.txt'}",
+                f"data.val_path={tmp_path / 't.txt'}",
+            ]
         if group == "data" and choice == "delimited":
             (tmp_path / "l.tsv").write_text("sentence\tlabel\nok\t1\n")
             overrides += ["objective=classification", "arch=encoder"]
@@ -68,6 +94,8 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
             corpus = tmp_path / "c.txt"
             corpus.write_text("some text\n")
             overrides.append(f"data.path={corpus}")
+        if group == "data" and choice == "hf":  # data.kind=text serves the default clm
+            overrides.append("data.path=json")  # a dataset builder, not a file: nothing loads
         cfg = _compose(overrides)
         model = model_config(cfg, vocab_size=10)
         assert model.d_model % model.n_heads == 0

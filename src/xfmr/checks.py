@@ -14,13 +14,16 @@ from xfmr.data.files import text_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import (
+    CONFIGURED_DATA_KINDS,
     DATA_CHOICES,
     DATA_KINDS,
+    MLM_HEADS,
     OBJECTIVE_ARCHS,
     OBJECTIVE_CHOICES,
     OBJECTIVE_DATA,
+    OBJECTIVE_SEGMENTS,
 )
-from xfmr.text.tokenizers import TokenizerSpec
+from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec
 
 _GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
 
@@ -31,12 +34,22 @@ def check_config(cfg: DictConfig) -> None:
             raise UserError(
                 f"config has no `{key}` section: compose it from the {key} group or set it"
             )
+    check_required(cfg)
     model = model_config(cfg, vocab_size=1)
     if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
         check_objective(cfg, model)
         check_positions(cfg, model)
     check_tokenizer(cfg)
+    check_masking(cfg)
     check_data(cfg)
+
+
+def check_required(cfg: DictConfig) -> None:
+    """Keys an experiment needs from the command line, listed as `required: {key: what to
+    give}` (`key: ???` cannot do it: merging ??? over the primary config's null keeps the null)."""
+    for key, what in (cfg.get("required") or {}).items():
+        if OmegaConf.select(cfg, key) in (None, ""):
+            raise UserError(f"{key} is not set: this experiment needs {what}")
 
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
@@ -49,26 +62,91 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
         raise UserError(f"model: {e}") from None
 
 
+HF_PATH_CHOICES = (
+    "give a hub dataset name, a local dataset directory, or a builder (json, csv, text, "
+    "parquet) with data.data_files"
+)
 _DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "train_path", "val_path")
 
 
 def check_data(cfg: DictConfig) -> None:
     """The data gives the examples the objective consumes, and its files exist."""
     objective = _class_name(cfg.objective)
-    needs, gives = OBJECTIVE_DATA.get(objective), DATA_KINDS.get(_class_name(cfg.data))
+    data_class = _class_name(cfg.data)
+    needs, gives = OBJECTIVE_DATA.get(objective), data_kind(cfg.data)
     if needs and gives and needs != gives:
         raise UserError(
             f"objective={OBJECTIVE_CHOICES.get(objective, objective)} trains on {needs}, but the "
             f"data group gives {gives}: use data in {list(DATA_CHOICES[needs])}"
+            + (f" (data=hf: data.kind={needs})" if "hf" in DATA_CHOICES[needs] else "")
         )
-    if cfg.data.get("path", "absent") != "absent":
+    if data_class in CONFIGURED_DATA_KINDS:  # data=hf: data.path names a dataset, not a file
+        if not cfg.data.get("path"):
+            raise UserError(f"data.path is not set: {HF_PATH_CHOICES}")
+    elif cfg.data.get("path", "absent") != "absent":
         text_files(cfg.data.path)
-    for key in _DATA_FILES:
+    if data_class == "SquadDataModule":
+        check_squad_windows(cfg.data)
+    files = parallel_files(cfg.data) if data_class == "ParallelDataModule" else _DATA_FILES
+    for key in files:
         path = cfg.data.get(key)
         if path is None and key in cfg.data:
             raise UserError(f"data.{key} is not set: give the file")
         if path is not None and not Path(path).is_file():
             raise UserError(f"data.{key}={str(path)!r} does not exist")
+
+
+def data_kind(data: DictConfig) -> str | None:
+    """What the data group gives: by its module's class, or by `data.kind` (data=hf)."""
+    name = _class_name(data)
+    if name not in CONFIGURED_DATA_KINDS:
+        return DATA_KINDS.get(name)
+    kinds = CONFIGURED_DATA_KINDS[name]
+    if data.get("kind") not in kinds:
+        raise UserError(f"data.kind={data.get('kind')!r} is not valid: use one of {list(kinds)}")
+    return data.kind
+
+
+_ALIGNED_FILES = ("train_source", "train_target", "val_source", "val_target")
+_JSONL_FILES = ("train_path", "val_path")
+
+
+def parallel_files(data: Any) -> tuple[str, ...]:
+    """The keys of the one way parallel data is given: four aligned line files, or two JSONL
+    files (`train_path`, `val_path`); anything else is a UserError."""
+    given = tuple(key for key in (*_ALIGNED_FILES, *_JSONL_FILES) if data.get(key))
+    if given not in (_ALIGNED_FILES, _JSONL_FILES):
+        raise UserError(
+            "data=parallel takes exactly one of: train_source, train_target, val_source and "
+            "val_target (aligned text files), or train_path and val_path (JSONL, one object "
+            f"per line with data.source_field and data.target_field); set: {list(given)}"
+        )
+    return given
+
+
+SPECIAL_TOKENS_PER_WINDOW = 3  # data=squad: [CLS] question [SEP] context [SEP]
+
+
+def check_squad_windows(data: Any) -> None:
+    """data=squad's windows leave room for context after the question and the special tokens,
+    and consecutive windows start a positive number of tokens apart."""
+    max_length, query = data.get("max_length"), data.get("max_query_length")
+    for key, value in (("max_length", max_length), ("max_query_length", query)):
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"data.{key}={value!r} must be a positive number of tokens")
+    if max_length - query - SPECIAL_TOKENS_PER_WINDOW < 1:
+        raise UserError(
+            f"data.max_length={max_length} leaves no context tokens after "
+            f"data.max_query_length={query} question tokens and {SPECIAL_TOKENS_PER_WINDOW} "
+            f"special tokens: set data.max_length>={query + SPECIAL_TOKENS_PER_WINDOW + 1} "
+            "or lower data.max_query_length"
+        )
+    stride = data.get("doc_stride")
+    if stride is not None and stride < 1:
+        raise UserError(
+            f"data.doc_stride={stride} must be a positive number of tokens, or null to keep "
+            "only the first window of a long context"
+        )
 
 
 def _class_name(section: DictConfig) -> str:
@@ -90,22 +168,44 @@ def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
                 else f"; no objective shipped yet trains arch={model.arch}"
             )
         )
+    segments = OBJECTIVE_SEGMENTS.get(name, 0)
+    if model.type_vocab_size < segments:
+        raise UserError(
+            f"objective={OBJECTIVE_CHOICES.get(name, name)} puts sentences A and B in segments 0 "
+            f"and 1: it needs model.type_vocab_size >= {segments}, not {model.type_vocab_size} "
+            f"(arch=encoder sets 2)"
+        )
+
+
+def check_masking(cfg: DictConfig) -> None:
+    """objective=mlm's head is a known one; whole-word masking has a tokenizer that marks words."""
+    head = cfg.objective.get("head", MLM_HEADS[0])
+    if _class_name(cfg.objective) == "MaskedLMObjective" and head not in MLM_HEADS:
+        raise UserError(f"objective.head={head!r} is not one of {list(MLM_HEADS)}")
+    kind = cfg.tokenizer.get("kind")
+    if cfg.objective.get("whole_word") and kind not in (*WORD_MARKING_KINDS, "pretrained"):
+        raise UserError(
+            f"objective.whole_word=true needs a tokenizer whose pieces mark words, tokenizer in "
+            f"{list(WORD_MARKING_KINDS)}; tokenizer={kind} marks none"
+        )
 
 
 def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
-    block_size = cfg.data.get("block_size")
     limit = model.pos.max_positions
-    if (
-        model.pos.name == "learned"
-        and block_size is not None
-        and limit is not None
-        and block_size > limit
+    # Token blocks (data.block_size) or whole examples cut to a length (objective.max_length,
+    # data.max_length).
+    for key, length in (
+        ("data.block_size", cfg.data.get("block_size")),
+        ("data.max_length", cfg.data.get("max_length")),
+        ("objective.max_length", cfg.objective.get("max_length")),
     ):
-        raise UserError(
-            f"data.block_size={block_size} is longer than pos.max_positions={limit} allows with pos=learned: "
-            f"set pos.max_positions>={block_size}, lower data.block_size, or use a scheme without a limit "
-            f"(pos=sinusoidal or pos=none)"
-        )
+        too_long = length is not None and limit is not None and length > limit
+        if model.pos.name == "learned" and too_long:
+            raise UserError(
+                f"{key}={length} is longer than pos.max_positions={limit} allows with pos=learned: "
+                f"set pos.max_positions>={length}, lower {key}, or use a scheme without a limit "
+                f"(pos=sinusoidal or pos=none)"
+            )
 
 
 def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:

@@ -11,24 +11,27 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from xfmr.data.formats import read_parallel
+from xfmr.checks import parallel_files
+from xfmr.data.formats import read_parallel, read_parallel_jsonl
 from xfmr.data.synthetic import sentence
-from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
 
 
 class ParallelDataModule(L.LightningDataModule):
-    """Aligned source/target files for training and validation; a shared tokenizer is trained
-    on both sides of the training pairs (the original Transformer's shared BPE vocabulary).
+    """Source -> target pairs for training and validation, from aligned line files or from JSON
+    Lines (exactly one of the two); a shared tokenizer is trained on both sides of the training
+    pairs (the original Transformer's shared BPE vocabulary).
 
     Args:
         train_source, train_target, val_source, val_target: aligned text files.
-        max_length: tokens kept per side (longer sentences are cut).
+        train_path, val_path: JSON Lines files instead, one object per pair.
+        source_field, target_field: the keys of a pair's two sides in those objects.
+        max_length: tokens kept per side (longer sentences are cut); None keeps them whole.
         batch_size: pairs per batch (per process under DDP).
-        on_bad_row: "error" stops at an empty line with its file and line; "skip" drops the
-            pair and logs how many were dropped and why.
+        on_bad_row: "error" stops at an empty line or field with its file and line; "skip"
+            drops the pair and logs how many were dropped and why.
     """
 
     def __init__(
@@ -38,14 +41,26 @@ class ParallelDataModule(L.LightningDataModule):
         train_target: str | None = None,
         val_source: str | None = None,
         val_target: str | None = None,
-        max_length: int = 128,
+        train_path: str | None = None,
+        val_path: str | None = None,
+        source_field: str = "source",
+        target_field: str = "target",
+        max_length: int | None = 128,
         batch_size: int = 64,
         num_workers: int = 0,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__()
         self.on_bad_row = on_bad_row
-        self.paths = (train_source, train_target, val_source, val_target)
+        self.files = {
+            "train_source": train_source,
+            "train_target": train_target,
+            "val_source": val_source,
+            "val_target": val_target,
+            "train_path": train_path,
+            "val_path": val_path,
+        }
+        self.fields = (source_field, target_field)
         self.max_length = max_length
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -55,12 +70,16 @@ class ParallelDataModule(L.LightningDataModule):
         self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
 
     def read_pairs(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        names = ("train_source", "train_target", "val_source", "val_target")
-        for name, path in zip(names, self.paths, strict=True):
-            if not path:
-                raise UserError(f"data.{name} is not set: give an aligned text file")
-        train, skipped = read_parallel(*self.paths[:2], on_bad_row=self.on_bad_row)
-        val, skipped_val = read_parallel(*self.paths[2:], on_bad_row=self.on_bad_row)
+        keys = parallel_files(self.files)  # one of the two ways, else a UserError
+        paths = [self.files[key] for key in keys]
+        if "train_path" in keys:  # JSON Lines
+            train, skipped = read_parallel_jsonl(paths[0], *self.fields, on_bad_row=self.on_bad_row)
+            val, skipped_val = read_parallel_jsonl(
+                paths[1], *self.fields, on_bad_row=self.on_bad_row
+            )
+        else:
+            train, skipped = read_parallel(*paths[:2], on_bad_row=self.on_bad_row)
+            val, skipped_val = read_parallel(*paths[2:], on_bad_row=self.on_bad_row)
         for report in (skipped, skipped_val):
             if len(report):
                 log.warning("%s", report.summary())

@@ -3,7 +3,8 @@
 `MLMHead` predicts masked tokens at every position; `Pooler` summarises a sequence by its first
 token; `SequenceClassifier` maps that summary to classes (next-sentence prediction is the two-class
 case). `EncoderPretraining` puts the three on an `Encoder`, with BERT's layout, so a
-`BertForPreTraining` checkpoint maps onto it one tensor to one tensor.
+`BertForPreTraining` checkpoint maps onto it one tensor to one tensor; `EncoderMaskedLM` and
+`EncoderNextSentence` are its masked-LM and next-sentence halves, with the same weight names.
 """
 
 from __future__ import annotations
@@ -113,15 +114,7 @@ class EncoderPretraining(ParameterCount, nn.Module):
         super().__init__()
         self.config = config
         self.backbone = Encoder(config)
-        self.mlm = MLMHead(
-            config.d_model,
-            config.vocab_size,
-            activation=config.activation,
-            norm=config.norm,
-            norm_eps=config.norm_eps,
-            bias=config.bias,
-            embedding=self.backbone.tok_emb if config.tie_embeddings else None,
-        )
+        self.mlm = bert_mlm_head(config, self.backbone)
         self.pooler = Pooler(config.d_model, bias=config.bias)
         self.nsp = SequenceClassifier(config.d_model, 2)
         init_weights(self, config)
@@ -138,6 +131,73 @@ class EncoderPretraining(ParameterCount, nn.Module):
         """
         hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
         return self.mlm(hidden), self.nsp(self.pooler(hidden))
+
+
+def bert_mlm_head(config: ModelConfig, backbone: Encoder) -> MLMHead:
+    """BERT's MLM head for `config`, tied to `backbone`'s token embedding when `tie_embeddings`."""
+    return MLMHead(
+        config.d_model,
+        config.vocab_size,
+        activation=config.activation,
+        norm=config.norm,
+        norm_eps=config.norm_eps,
+        bias=config.bias,
+        embedding=backbone.tok_emb if config.tie_embeddings else None,
+    )
+
+
+class EncoderMaskedLM(ParameterCount, nn.Module):
+    """Masked-LM pre-training alone (Devlin et al. 2019; RoBERTa drops NSP, Liu et al. 2019): an
+    Encoder and BERT's MLM head, named as in `EncoderPretraining` (`backbone.*`, `mlm.*`) so
+    weights move between the two and a fine-tuning run takes `backbone.*`.
+
+    Args:
+        config: the model's shape; `arch` should be "encoder".
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Encoder(config)
+        self.mlm = bert_mlm_head(config, self.backbone)
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> logits (B, T, V)."""
+        return self.mlm(self.backbone(input_ids, attention_mask, token_type_ids))
+
+
+class EncoderNextSentence(ParameterCount, nn.Module):
+    """Next-sentence prediction alone: an Encoder, BERT's pooler and the two-way NSP classifier,
+    named as in `EncoderPretraining` (`backbone.*`, `pooler.*`, `nsp.*`) without the MLM head,
+    whose vocabulary-sized projection NSP would compute and throw away.
+
+    Args:
+        config: the model's shape; `arch` should be "encoder", with `type_vocab_size >= 2`.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Encoder(config)
+        self.pooler = Pooler(config.d_model, bias=config.bias)
+        self.nsp = SequenceClassifier(config.d_model, 2)
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> nsp_logits (B, 2)."""
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        return self.nsp(self.pooler(hidden))
 
 
 POOLINGS = ("first", "last", "mean")
@@ -188,3 +248,72 @@ class SequenceClassification(ParameterCount, nn.Module):
         else:
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
         return self.classifier(pooled)
+
+
+class TokenClassification(ParameterCount, nn.Module):
+    """A BERT-style encoder with dropout and one linear layer on every hidden state: one label
+    per token (Devlin et al. 2019, sec. 5.3; `BertForTokenClassification`'s layout, with the
+    encoder under `backbone` so a masked-LM run's weights load into it).
+
+    Encoders only: labels sit on each word's first piece, which a causal decoder computes before
+    it has seen the rest of the word or anything to its right.
+
+    Args:
+        config: the encoder's shape; arch must be "encoder".
+        n_labels: number of tags.
+    """
+
+    def __init__(self, config: ModelConfig, *, n_labels: int) -> None:
+        super().__init__()
+        if config.arch != "encoder":
+            raise ValueError(f"token classification needs arch 'encoder', not {config.arch!r}")
+        if n_labels < 1:
+            raise ValueError(f"n_labels={n_labels} must be a positive integer")
+        self.config = config
+        self.backbone = Encoder(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, n_labels)
+        init_weights(self, config)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, T, n_labels)."""
+        hidden = self.backbone(input_ids, attention_mask)  # (B, T, C)
+        return self.classifier(self.dropout(hidden))
+
+
+class SpanExtraction(ParameterCount, nn.Module):
+    """Extractive question answering (Devlin et al. 2019, sec. 4.2): a start vector S and an end
+    vector E scored against every hidden state, i.e. one linear layer d_model -> 2
+    (`BertForQuestionAnswering`'s `qa_outputs`, no dropout), with the encoder under `backbone`
+    so a masked-LM run's weights load into it.
+
+    Encoders only: a span's start is chosen knowing the whole context, both sides of it.
+
+    Args:
+        config: the encoder's shape; arch must be "encoder" (type_vocab_size 2 for BERT's
+            question / context segments).
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "encoder":
+            raise ValueError(f"span extraction needs arch 'encoder', not {config.arch!r}")
+        self.config = config
+        self.backbone = Encoder(config)
+        self.span_head = nn.Linear(config.d_model, 2)
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> span logits (B, T, 2): [..., 0] start, [..., 1] end.
+
+        attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        """
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        return self.span_head(hidden)

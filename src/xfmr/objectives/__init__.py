@@ -11,8 +11,12 @@ _EXPORTS = {
     "CausalLMObjective": "xfmr.objectives.clm",
     "ClassificationObjective": "xfmr.objectives.classification",
     "MaskedLMObjective": "xfmr.objectives.mlm",
+    "MaskedLMNextSentenceObjective": "xfmr.objectives.nsp",
+    "NextSentenceObjective": "xfmr.objectives.nsp",
+    "QuestionAnsweringObjective": "xfmr.objectives.qa",
     "Seq2SeqObjective": "xfmr.objectives.seq2seq",
     "SpanCorruptionObjective": "xfmr.objectives.span_corruption",
+    "TaggingObjective": "xfmr.objectives.tagging",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -33,6 +33,10 @@ _KIND_DEFAULTS: dict[str, tuple[tuple[str, ...], str | None]] = {
 # cache keys of existing char/byte_bpe tokenizers stay the same (any change still changes it).
 _LATER_FIELDS = {"lowercase": True, "path": None}
 METASPACE = "\u2581"  # SentencePiece's "▁" word-boundary marker
+BYTE_LEVEL_SPACE = "\u0120"  # GPT-2's byte-level "Ġ": a space, so a word start
+# Kinds whose pieces mark words (WordPiece "##" continuations, "▁" or "Ġ" word starts), as
+# whole-word masking needs; a pretrained tokenizer.json is checked when it is loaded.
+WORD_MARKING_KINDS = ("wordpiece", "bpe", "unigram", "byte_bpe")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,14 @@ class TextTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
+    def encode_batch_with_offsets(
+        self, texts: list[str]
+    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Per text: (ids, offsets), token i covering text[offsets[i][0]:offsets[i][1]] of the
+        original text (before normalisation such as lowercasing)."""
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [(e.ids, [tuple(o) for o in e.offsets]) for e in encodings]
+
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
@@ -131,6 +143,30 @@ class TextTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
+
+    def pieces(self) -> list[str]:
+        """Every id's piece (token string), in id order."""
+        pieces = [""] * self.vocab_size
+        for piece, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
+            pieces[i] = piece
+        return pieces
+
+    def word_marker(self) -> tuple[str, bool] | None:
+        """How pieces mark words: (marker, True) when a piece beginning with `marker` starts a
+        word (Metaspace "▁": bpe, unigram; byte-level "Ġ": byte_bpe), (marker, False) when it
+        continues the word before it (WordPiece "##"); None when pieces mark no words (char)."""
+        config = json.loads(self.tokenizer.to_str())
+        model = config.get("model") or {}
+        if model.get("type") == "WordPiece":
+            return model.get("continuing_subword_prefix") or "##", False
+        steps = [config.get("pre_tokenizer") or {}]
+        steps += steps[0].get("pretokenizers") or []  # inside a Sequence
+        for step in steps:
+            if step.get("type") == "Metaspace":
+                return step.get("replacement") or METASPACE, True
+            if step.get("type") == "ByteLevel":
+                return BYTE_LEVEL_SPACE, True
+        return None
 
     def save(self, path: str | Path) -> None:
         self.tokenizer.save(str(path))

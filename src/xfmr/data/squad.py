@@ -1,0 +1,230 @@
+"""SQuAD v1.1 questions cut into BERT's windows (Devlin et al. 2019, sec. 4.2) for extractive QA.
+
+Each question becomes one or more windows `[CLS] question [SEP] context piece [SEP]`; a context
+longer than a window is covered by windows `doc_stride` tokens apart, as in BERT's run_squad.py.
+Answers map from characters to context tokens through the tokenizer's offsets; a window that
+does not hold the whole answer points at [CLS] (position 0), and such windows are counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from xfmr.checks import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
+from xfmr.data.formats import QAExample, read_squad
+from xfmr.errors import UserError
+from xfmr.text.tokenizers import TextTokenizer
+
+log = logging.getLogger("xfmr")
+
+
+@dataclass(frozen=True)
+class QAWindow:
+    """One model input's share of a question.
+
+    Args:
+        question_ids: the question's tokens (cut to max_query_length).
+        context_ids: a stretch of the context's tokens.
+        context_offsets: per context token, its (start, end) characters in the whole context.
+        answer: the first and last answer token within `context_ids`; None when the window
+            does not hold the whole answer (the target is then [CLS]).
+    """
+
+    question_ids: list[int]
+    context_ids: list[int]
+    context_offsets: list[tuple[int, int]]
+    answer: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class QAItem:
+    """A question with the windows it is read through; training items hold one window each."""
+
+    id: str
+    context: str
+    answers: list[str]
+    windows: list[QAWindow]
+
+
+def answer_tokens(
+    offsets: list[tuple[int, int]], char_start: int, char_end: int
+) -> tuple[int, int] | None:
+    """First and last token overlapping characters [char_start, char_end), or None if none does."""
+    inside = [i for i, (start, end) in enumerate(offsets) if start < char_end and end > char_start]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def window_starts(n_tokens: int, *, room: int, doc_stride: int | None) -> list[int]:
+    """Where each window of `room` context tokens starts: `doc_stride` apart until one reaches
+    the end (BERT's run_squad.py doc spans); doc_stride None keeps the first window only."""
+    starts = [0]
+    if doc_stride:
+        while starts[-1] + room < n_tokens:
+            starts.append(starts[-1] + min(doc_stride, room))
+    return starts
+
+
+def split_windows(
+    question_ids: list[int],
+    context_ids: list[int],
+    context_offsets: list[tuple[int, int]],
+    answer: tuple[int, int] | None,
+    *,
+    max_length: int,
+    doc_stride: int | None,
+) -> list[QAWindow]:
+    """The windows one question is read through; `answer` is (first, last) context token."""
+    room = max_length - len(question_ids) - SPECIAL_TOKENS_PER_WINDOW
+    windows = []
+    for start in window_starts(len(context_ids), room=room, doc_stride=doc_stride):
+        end = start + room
+        inside = answer is not None and start <= answer[0] and answer[1] < end
+        windows.append(
+            QAWindow(
+                question_ids=question_ids,
+                context_ids=context_ids[start:end],
+                context_offsets=context_offsets[start:end],
+                answer=(answer[0] - start, answer[1] - start) if inside else None,
+            )
+        )
+    return windows
+
+
+class SquadDataModule(L.LightningDataModule):
+    """SQuAD v1.1 JSON for extractive question answering; the tokenizer is trained on the
+    training questions and contexts.
+
+    Args:
+        train_path, val_path: SQuAD v1.1 JSON files.
+        max_length: tokens per window, `[CLS] question [SEP] context [SEP]` (BERT: 384).
+        doc_stride: context tokens between the starts of consecutive windows (BERT: 128);
+            None keeps the first window only, cutting the rest of a long context.
+        max_query_length: question tokens kept (BERT: 64).
+        batch_size: training windows per batch; validation batches hold this many questions
+            with all their windows, so a question's best span is chosen across its windows.
+        on_bad_row: "error" stops at the first bad question (named by its id); "skip" drops
+            bad questions and logs how many and why.
+    """
+
+    def __init__(
+        self,
+        *,
+        train_path: str | None = None,
+        val_path: str | None = None,
+        max_length: int = 384,
+        doc_stride: int | None = 128,
+        max_query_length: int = 64,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        on_bad_row: str = "error",
+    ) -> None:
+        super().__init__()
+        for key, value in (("train_path", train_path), ("val_path", val_path)):
+            if not value:
+                raise UserError(f"data.{key} is not set: give a SQuAD v1.1 JSON file")
+        check_squad_windows(
+            {
+                "max_length": max_length,
+                "doc_stride": doc_stride,
+                "max_query_length": max_query_length,
+            }
+        )
+        self.paths = (train_path, val_path)
+        self.max_length = max_length
+        self.doc_stride = doc_stride
+        self.max_query_length = max_query_length
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.on_bad_row = on_bad_row
+        self._examples: tuple[list[QAExample], list[QAExample]] | None = None
+        self.train_set: list[QAItem] = []
+        self.val_set: list[QAItem] = []
+        self.windows_without_answer = {"train": 0, "val": 0}
+        self.collate_fn: Callable | None = None
+
+    def examples(self) -> tuple[list[QAExample], list[QAExample]]:
+        if self._examples is None:
+            self._examples = (self._read(self.paths[0]), self._read(self.paths[1]))
+        return self._examples
+
+    def _read(self, path: str) -> list[QAExample]:
+        examples, bad_rows = read_squad(path, on_bad_row=self.on_bad_row)
+        if len(bad_rows):
+            log.warning("%s", bad_rows.summary())
+        if not examples:
+            raise UserError(f"data: {path} has no usable questions")
+        return examples
+
+    def split_text(self) -> tuple[str, str]:
+        """(train, val) text: each distinct context once, and every question."""
+        return tuple(_texts(examples) for examples in self.examples())
+
+    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
+        train, val = self.examples()
+        questions = self._encode(tokenizer, train)
+        # Training reads every window on its own, BERT's features; validation keeps a
+        # question's windows together to pick its best span.
+        self.train_set = [
+            QAItem(q.id, q.context, q.answers, [w]) for q in questions for w in q.windows
+        ]
+        self.val_set = self._encode(tokenizer, val)
+        for split, items in (("train", self.train_set), ("val", self.val_set)):
+            windows = [w for item in items for w in item.windows]
+            self.windows_without_answer[split] = sum(w.answer is None for w in windows)
+            log.info(
+                "squad %s: %d questions in %d windows of %d tokens; %d windows do not hold "
+                "the whole answer (their target is [CLS])",
+                split,
+                len(train if split == "train" else val),
+                len(windows),
+                self.max_length,
+                self.windows_without_answer[split],
+            )
+        self.collate_fn = collate_fn
+
+    def _encode(self, tokenizer: TextTokenizer, examples: list[QAExample]) -> list[QAItem]:
+        contexts = list(dict.fromkeys(e.context for e in examples))
+        encoded = dict(zip(contexts, tokenizer.encode_batch_with_offsets(contexts), strict=True))
+        questions = tokenizer.encode_batch([e.question for e in examples])
+        items = []
+        for example, question_ids in zip(examples, questions, strict=True):
+            context_ids, offsets = encoded[example.context]
+            text, start = example.answers[0]  # the training target, as in BERT
+            windows = split_windows(
+                question_ids[: self.max_query_length],
+                context_ids,
+                offsets,
+                answer_tokens(offsets, start, start + len(text)),
+                max_length=self.max_length,
+                doc_stride=self.doc_stride,
+            )
+            answers = [answer for answer, _ in example.answers]
+            items.append(QAItem(example.id, example.context, answers, windows))
+        return items
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def _loader(self, items: list[QAItem], *, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            items,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            persistent_workers=self.num_workers > 0,
+        )
+
+
+def _texts(examples: list[QAExample]) -> str:
+    contexts = dict.fromkeys(e.context for e in examples)
+    return "\n".join([*contexts, *(e.question for e in examples)])
