@@ -1,0 +1,46 @@
+"""`xfmr-average`: average the parameters of a run's newest periodic checkpoints into
+checkpoints/averaged.ckpt (Vaswani et al. 2017, sec. 6.1).
+
+Arguments and the checkpoints on disk are checked before torch loads.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from xfmr.cli.common import fail
+from xfmr.cli.keyvalue import EntryPoint, parse_args
+from xfmr.errors import UserError
+from xfmr.training.run_files import periodic_checkpoints, run_directory
+
+PROG = "xfmr-average"
+ENTRY = EntryPoint(
+    prog=PROG,
+    config_name="average",
+    summary="average the newest periodic checkpoints of a run into checkpoints/averaged.ckpt.",
+    examples=(
+        "xfmr-average run_dir=RUN                 the newest 5 checkpoints/step-*.ckpt",
+        "xfmr-average run_dir=RUN last=10 out=avg10.ckpt",
+        "xfmr-eval run_dir=RUN checkpoint=averaged  then evaluate the average",
+    ),
+)
+
+
+def main() -> None:
+    cfg = parse_args(ENTRY, sys.argv[1:])
+    try:
+        if not isinstance(cfg.last, int) or cfg.last < 1:
+            raise UserError(f"last={cfg.last!r} must be a positive integer (how many to average)")
+        periodic_checkpoints(run_directory(cfg.run_dir), at_least=cfg.last)
+        from xfmr.training.averaging import average_checkpoints
+
+        result = average_checkpoints(cfg.run_dir, last=cfg.last, out=cfg.out)
+    except UserError as e:
+        fail(PROG, str(e))
+    averaged = ", ".join(f"{a['file']} (step {a['global_step']})" for a in result["averaged_from"])
+    print(f"averaged {len(result['averaged_from'])} checkpoints: {averaged}")
+    print(f"wrote {result['out']}")
+
+
+if __name__ == "__main__":
+    main()

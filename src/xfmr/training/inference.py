@@ -1,0 +1,231 @@
+"""Text in, text out for a loaded run: what its model makes of an input depends on how it was
+trained. A causal LM continues a prompt; an encoder-decoder writes a target for a source
+(seq2seq: source + </s>, decoding from <s>; span corruption, T5: decoding from <pad>); an MLM
+encoder fills each [MASK] with its most likely token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from xfmr.errors import UserError
+from xfmr.generation import GenerationConfig, Hypothesis, generate
+from xfmr.nn.positions import PositionScheme
+from xfmr.objectives.span_corruption import pad_rows
+from xfmr.training.loading import LoadedRun
+
+PAD_TOKENS = ("<pad>", "[PAD]")
+SUPPORTED = (
+    "objective=clm (arch=decoder, rnn), seq2seq or span_corruption (encoder_decoder), mlm (encoder)"
+)
+
+
+@dataclass(frozen=True)
+class TextTask:
+    """How a run's model reads text and writes it back.
+
+    Args:
+        kind: "continue" (causal LM), "translate" (encoder-decoder) or "fill_masks" (MLM).
+        pad_id: fills rows up to the batch's longest (masked out).
+        eos_id: ends a hypothesis (None: only generation.max_new_tokens does).
+        decoder_start_id: the encoder-decoder's first decoder token.
+        source_suffix: ids appended to every input (seq2seq's </s>).
+        hidden_ids: ids left out of the text printed (special tokens).
+        mask_id: the [MASK] id an MLM encoder fills.
+    """
+
+    kind: str
+    pad_id: int
+    eos_id: int | None = None
+    decoder_start_id: int | None = None
+    source_suffix: tuple[int, ...] = ()
+    hidden_ids: frozenset[int] = frozenset()
+    mask_id: int | None = None
+
+
+def text_task(run: LoadedRun) -> TextTask:
+    """The TextTask of the run's architecture and objective; a run that writes no text (a
+    classifier) is a UserError."""
+    arch, objective = run.model_config.arch, run.objective
+    name = getattr(objective, "name", type(objective).__name__)
+    specials = frozenset(run.tokenizer.special_ids())
+    if arch in ("decoder", "rnn") and name == "clm":
+        # Blocks of running text carry no </s>: only max_new_tokens ends a continuation.
+        return TextTask("continue", pad_id=_pad_id(run), hidden_ids=frozenset())
+    if arch == "encoder_decoder" and name == "seq2seq":
+        eos = objective.eos_id
+        return TextTask(
+            "translate",
+            pad_id=objective.pad_id,
+            eos_id=eos,
+            decoder_start_id=objective.bos_id,
+            source_suffix=(eos,),
+            hidden_ids=specials,
+        )
+    if arch == "encoder_decoder" and name == "span_corruption":
+        # T5 (Raffel et al. 2020): the decoder starts at <pad>; sentinels stay in the output.
+        return TextTask(
+            "translate",
+            pad_id=objective.pad_id,
+            eos_id=objective.eos_id,
+            decoder_start_id=objective.pad_id,
+            hidden_ids=frozenset({objective.pad_id, objective.eos_id}),
+        )
+    if arch == "encoder" and "[MASK]" in getattr(objective, "required_special_tokens", ()):
+        mask_id = run.tokenizer.token_to_id("[MASK]")
+        return TextTask("fill_masks", pad_id=_pad_id(run), mask_id=mask_id, hidden_ids=specials)
+    raise UserError(
+        f"run_dir={str(run.files.run_dir)!r} was trained with objective={name} on arch={arch}, "
+        f"which writes no text; text comes from runs of {SUPPORTED}"
+    )
+
+
+def _pad_id(run: LoadedRun) -> int:
+    """The tokenizer's padding token if it has one; else id 0, which the attention mask hides."""
+    for token in PAD_TOKENS:
+        if (token_id := run.tokenizer.token_to_id(token)) is not None:
+            return token_id
+    return 0
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The most positions the model's tables hold (learned, sinusoidal); None: no table."""
+    limits = [
+        m.max_positions
+        for m in model.modules()
+        if isinstance(m, PositionScheme) and isinstance(getattr(m, "max_positions", None), int)
+    ]
+    return min(limits) if limits else None
+
+
+def input_limit(run: LoadedRun) -> tuple[int | None, str]:
+    """The most tokens one input may hold, and why: the position table, or the block size the
+    model was trained on, whichever is shorter."""
+    limits = []
+    table = position_limit(run.model)
+    if table is not None:
+        limits.append((table, f"pos.max_positions={table} (pos={run.model_config.pos.name})"))
+    block_size = run.config.get("data", {}).get("block_size")
+    if block_size:
+        limits.append(
+            (int(block_size), f"data.block_size={block_size}, the length it was trained on")
+        )
+    return min(limits) if limits else (None, "")
+
+
+def encode_inputs(
+    run: LoadedRun, task: TextTask, texts: Sequence[str], names: Sequence[str]
+) -> list[list[int]]:
+    """Token ids per input (with the task's suffix); an empty input, one over the limit or,
+    for an MLM, one without [MASK] is a UserError naming it (`names`: "input", "FILE:LINE")."""
+    limit, reason = input_limit(run)
+    rows = []
+    for text, name, ids in zip(texts, names, run.tokenizer.encode_batch(list(texts)), strict=True):
+        row = [*ids, *task.source_suffix]
+        if not ids:
+            raise UserError(f"{name} is empty: give some text")
+        if limit is not None and len(row) > limit:
+            raise UserError(
+                f"{name} ({preview(text)}) is {len(row)} tokens long"
+                f"{' with </s>' if task.source_suffix else ''}, more than the {limit} that "
+                f"{reason} allows: shorten it"
+            )
+        if task.kind == "fill_masks" and task.mask_id not in row:
+            raise UserError(
+                f"{name} ({preview(text)}) has no [MASK]: an MLM encoder fills masked "
+                "tokens, e.g. input='the cat [MASK] on the mat'"
+            )
+        rows.append(row)
+    return rows
+
+
+def preview(text: str, width: int = 40) -> str:
+    return repr(text if len(text) <= width else text[: width - 3] + "...")
+
+
+def check_new_tokens(run: LoadedRun, task: TextTask, rows: list[list[int]], new: int) -> None:
+    """The positions decoding feeds the model fit its table: the prompt (decoder) or the start
+    token (encoder-decoder), then every new token but the last, which is never fed back."""
+    table = position_limit(run.model)
+    if table is None or task.kind == "fill_masks":
+        return
+    used = max(map(len, rows)) if task.kind == "continue" else 1
+    if used + new - 1 > table:
+        what = "the longest input's" if task.kind == "continue" else "the decoder start's"
+        raise UserError(
+            f"generation.max_new_tokens={new} after {what} {used} tokens needs "
+            f"{used + new - 1} positions, more than pos.max_positions={table}: set "
+            f"generation.max_new_tokens<={table - used + 1}"
+        )
+
+
+@torch.no_grad()
+def generate_rows(
+    run: LoadedRun,
+    task: TextTask,
+    rows: list[list[int]],
+    *,
+    config: GenerationConfig,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """Hypotheses for each row of ids, decoded `batch_size` rows at a time (rows of similar
+    length together: batching does not change what `generate` returns for a row)."""
+    check_new_tokens(run, task, rows, config.max_new_tokens)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    results: list[list[Hypothesis]] = [[] for _ in rows]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        ids, mask = pad_rows([rows[i] for i in chunk], task.pad_id)  # (B, T) each
+        try:
+            hypotheses = generate(
+                run.model,
+                ids.to(run.device),
+                mask.to(run.device),
+                config=config,
+                eos_id=task.eos_id,
+                pad_id=task.pad_id,
+                decoder_start_id=task.decoder_start_id,
+                max_positions=position_limit(run.model),
+            )
+        except ValueError as e:  # the settings against this model, e.g. positions exhausted
+            raise UserError(str(e)) from None
+        for i, row_hypotheses in zip(chunk, hypotheses, strict=True):
+            results[i] = row_hypotheses
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return results
+
+
+def hypothesis_text(run: LoadedRun, task: TextTask, row: list[int], hypothesis: Hypothesis) -> str:
+    """A hypothesis as text: the prompt and its continuation (causal LM), or the target alone
+    with special tokens removed (encoder-decoder)."""
+    ids = [*row, *hypothesis.tokens] if task.kind == "continue" else hypothesis.tokens
+    return decode_visible(run, ids, task.hidden_ids)
+
+
+def decode_visible(run: LoadedRun, ids: Sequence[int], hidden: frozenset[int]) -> str:
+    return run.tokenizer.decode([i for i in ids if i not in hidden]).strip()
+
+
+@torch.no_grad()
+def fill_masks(
+    run: LoadedRun, task: TextTask, rows: list[list[int]], *, batch_size: int
+) -> list[str]:
+    """Each input with every [MASK] replaced by the encoder's most likely token (special
+    tokens excluded), predicted for all masks at once from the input as given."""
+    specials = torch.tensor(sorted(run.tokenizer.special_ids()), dtype=torch.long)
+    filled: list[str] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        ids, mask = pad_rows(chunk, task.pad_id)  # (B, T) each
+        output = run.model(ids.to(run.device), mask.to(run.device))
+        logits = (output[0] if isinstance(output, tuple) else output).float()  # (B, T, V)
+        logits[..., specials.to(logits.device)] = float("-inf")
+        best = logits.argmax(-1).cpu()  # (B, T)
+        predicted = torch.where(ids == task.mask_id, best, ids)
+        for row, row_ids in zip(chunk, predicted, strict=True):
+            filled.append(decode_visible(run, row_ids[: len(row)].tolist(), task.hidden_ids))
+    return filled

@@ -1,0 +1,147 @@
+"""One way to load a trained run, used by every entry point that reads one: the resolved config,
+the tokenizer, the objective bound to it, and the model built as `XfmrModule` builds it with
+the weights of a chosen checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from xfmr.errors import UserError
+from xfmr.nn import ModelConfig, build_model
+from xfmr.text.tokenizers import TextTokenizer
+from xfmr.training.run_files import RunFiles, locate_run
+
+MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
+
+
+@dataclass
+class LoadedRun:
+    """A trained run ready for use.
+
+    Args:
+        files: where the config, tokenizer and checkpoint were read from.
+        config: the run's resolved config (config.yaml).
+        tokenizer: the run's tokenizer.
+        objective: the run's objective, bound to the tokenizer (its special token ids).
+        model: the model in eval mode with the checkpoint's weights, on `device`.
+        model_config: the model's shape, as the checkpoint saved it.
+        global_step: the optimizer step the checkpoint was saved at (None if not recorded).
+    """
+
+    files: RunFiles
+    config: DictConfig
+    tokenizer: TextTokenizer
+    objective: Any
+    model: nn.Module
+    model_config: ModelConfig
+    global_step: int | None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def load_run(
+    run_dir: str | Path, *, checkpoint: str | Path | None = None, device: str = "cpu"
+) -> LoadedRun:
+    """Load `run_dir` with the weights of `checkpoint` (best, last, averaged, a path; None:
+    best, else last). Every missing or unreadable part is a UserError naming the path."""
+    files = locate_run(run_dir, checkpoint)
+    config = OmegaConf.load(files.config)
+    tokenizer = TextTokenizer.load(files.tokenizer)
+    state = read_checkpoint(files.checkpoint)
+    objective = bind_objective(config, tokenizer)
+    model_config = ModelConfig.from_dict(state["hyper_parameters"]["model_config"])
+    model = build_run_model(objective, model_config)
+    load_weights(model, state["state_dict"], files.checkpoint)
+    model.to(resolve_device(device)).eval()
+    return LoadedRun(
+        files=files,
+        config=config,
+        tokenizer=tokenizer,
+        objective=objective,
+        model=model,
+        model_config=model_config,
+        global_step=state.get("global_step"),
+    )
+
+
+def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """A Lightning checkpoint written by xfmr: it must hold `state_dict` and the model's config.
+
+    `mmap` maps the tensors instead of reading them (cheap when only a few are needed)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    except Exception as e:  # any unreadable file: the message matters, not the type
+        raise UserError(
+            f"checkpoint {str(path)!r} is not a readable checkpoint ({type(e).__name__}: {e})"
+        ) from None
+    hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
+    if not isinstance(hparams, dict) or "model_config" not in hparams or "state_dict" not in state:
+        raise UserError(
+            f"checkpoint {str(path)!r} is not an xfmr checkpoint (no "
+            "hyper_parameters.model_config / state_dict)"
+        )
+    return state
+
+
+def bind_objective(config: DictConfig, tokenizer: TextTokenizer) -> Any:
+    """The run's objective, bound to its tokenizer as `train` binds it."""
+    objective = instantiate(config.objective)
+    objective.bind(tokenizer)
+    if hasattr(objective, "bind_labels"):  # the label set is the data's (classification)
+        objective.bind_labels(instantiate(config.data).label_names())
+    return objective
+
+
+def build_run_model(objective: Any, model_config: ModelConfig) -> nn.Module:
+    """The model as XfmrModule builds it: the objective's own builder (a task head) if it has
+    one, else `xfmr.nn.build_model`."""
+    return getattr(objective, "build_model", build_model)(model_config)
+
+
+def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:
+    """The checkpoint's `model.*` tensors into `model`; any mismatch is a UserError."""
+    weights = {
+        k.removeprefix(MODEL_PREFIX): v for k, v in state_dict.items() if k.startswith(MODEL_PREFIX)
+    }
+    try:
+        result = model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:  # a tensor of another shape
+        detail = str(e).split("\n\t")[1:2] or [str(e)]
+        raise UserError(
+            f"checkpoint {str(path)!r} does not fit the model its config builds ({detail[0]})"
+        ) from None
+    if result.missing_keys or result.unexpected_keys:
+        raise UserError(
+            f"checkpoint {str(path)!r} does not fit the model its config builds (missing: "
+            f"{_few(result.missing_keys)}; unexpected: {_few(result.unexpected_keys)})"
+        )
+
+
+def _few(names: list[str], limit: int = 5) -> str:
+    if not names:
+        return "none"
+    return ", ".join(names[:limit]) + (
+        f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+    )
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` is CUDA when available, else CPU; a device torch cannot use is a UserError."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"device={device!r} is not a torch device: use cpu, cuda or auto") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={device!r}: CUDA is not available here; use device=cpu")
+    return resolved

@@ -1,0 +1,128 @@
+"""Where a run directory keeps what `xfmr-train` wrote, found and checked without torch so the
+entry points that use a run answer a mistake in about a second.
+
+    RUN_DIR/config.yaml                      the resolved config
+    RUN_DIR/tokenizer.json                   the run's tokenizer
+    RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
+    RUN_DIR/checkpoints/step-NNNNNNN.ckpt    periodic checkpoints (callbacks.periodic_checkpoint)
+    RUN_DIR/checkpoints/averaged.ckpt        their average (xfmr-average)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from xfmr.errors import UserError
+
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+CHECKPOINT_DIR = "checkpoints"
+# checkpoint=NAME picks checkpoints/NAME.ckpt; anything else is a path.
+CHECKPOINT_NAMES = ("best", "last", "averaged")
+PERIODIC_GLOB = "step-*.ckpt"
+AVERAGED_FILE = "averaged.ckpt"
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of one run directory that an entry point reads."""
+
+    run_dir: Path
+    config: Path
+    tokenizer: Path
+    checkpoint: Path
+
+
+def locate_run(run_dir: str | Path | None, checkpoint: str | Path | None = None) -> RunFiles:
+    """The run's config, tokenizer and the checkpoint named by `checkpoint`: best, last,
+    averaged, a path, or None for best, else last. Anything missing is one UserError that
+    names the path and lists what the directory holds."""
+    root = run_directory(run_dir)
+    missing = [name for name in (CONFIG_FILE, TOKENIZER_FILE) if not (root / name).is_file()]
+    if missing:
+        raise UserError(
+            f"run_dir={str(run_dir)!r} has no {' or '.join(missing)}, so it is not a run "
+            f"directory written by xfmr-train; it holds: {describe(root)}"
+        )
+    return RunFiles(
+        run_dir=root,
+        config=root / CONFIG_FILE,
+        tokenizer=root / TOKENIZER_FILE,
+        checkpoint=checkpoint_file(root, checkpoint),
+    )
+
+
+def run_directory(run_dir: str | Path | None) -> Path:
+    if run_dir is None or str(run_dir) == "":
+        raise UserError(
+            "run_dir is not set: give a directory written by xfmr-train, e.g. "
+            "run_dir=outputs/train/runs/DATE_TIME"
+        )
+    root = Path(str(run_dir)).expanduser()
+    if not root.is_dir():
+        raise UserError(
+            f"run_dir={str(run_dir)!r} is not a directory: give a directory written by xfmr-train"
+        )
+    return root
+
+
+def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
+    ckpt_dir = root / CHECKPOINT_DIR
+    if checkpoint is None or str(checkpoint) == "":
+        for name in ("best", "last"):
+            if (ckpt_dir / f"{name}.ckpt").is_file():
+                return ckpt_dir / f"{name}.ckpt"
+        raise UserError(
+            f"run_dir={str(root)!r} has no checkpoint ({CHECKPOINT_DIR}/best.ckpt or "
+            f"{CHECKPOINT_DIR}/last.ckpt); it holds: {describe(root)}"
+        )
+    if str(checkpoint) in CHECKPOINT_NAMES:
+        path = ckpt_dir / f"{checkpoint}.ckpt"
+        if not path.is_file():
+            hint = " (xfmr-average writes it)" if checkpoint == "averaged" else ""
+            raise UserError(
+                f"checkpoint={checkpoint}: {path} does not exist{hint}; {CHECKPOINT_DIR}/ "
+                f"holds: {', '.join(checkpoint_names(root)) or 'no .ckpt files'}"
+            )
+        return path
+    path = Path(str(checkpoint)).expanduser()
+    if not path.is_file():
+        raise UserError(
+            f"checkpoint={str(checkpoint)!r} does not exist: give one of "
+            f"{list(CHECKPOINT_NAMES)} or a .ckpt file written by xfmr-train or xfmr-average"
+        )
+    return path
+
+
+def checkpoint_names(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / CHECKPOINT_DIR).glob("*.ckpt"))
+
+
+def periodic_checkpoints(root: Path, *, at_least: int = 0) -> list[Path]:
+    """The periodic checkpoints on disk, sorted by name (their step is inside); fewer than
+    `at_least` is a UserError listing what the run's checkpoints/ holds."""
+    found = sorted((root / CHECKPOINT_DIR).glob(PERIODIC_GLOB))
+    if len(found) < at_least:
+        raise UserError(
+            f"last={at_least}, but {root / CHECKPOINT_DIR} holds {len(found)} periodic "
+            f"checkpoints ({PERIODIC_GLOB}): {', '.join(checkpoint_names(root)) or 'no .ckpt files'}; "
+            "train with callbacks.periodic_checkpoint.every_n_train_steps=N to write them"
+        )
+    return found
+
+
+def describe(root: Path, limit: int = 12) -> str:
+    """What a directory holds, for messages: its entries and the checkpoints inside."""
+    if not root.is_dir():
+        return "nothing (it does not exist)"
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())
+    if not names:
+        return "nothing (it is empty)"
+    shown = ", ".join(names[:limit]) + (
+        f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+    )
+    checkpoints = checkpoint_names(root)
+    if (root / CHECKPOINT_DIR).is_dir():
+        shown += f"; {CHECKPOINT_DIR}/ holds: {', '.join(checkpoints) or 'no .ckpt files'}"
+    return shown
