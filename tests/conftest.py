@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny data written by the tests, and the real CLI in a subprocess."""
+"""Shared fixtures: tiny data written by the tests, the real CLI in a subprocess, one thread
+for tiny tensors, and random weights for model tests."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 CORPUS = (
     "the quick brown fox jumps over the lazy dog.\n"
@@ -23,6 +26,31 @@ def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.txt"
     path.write_text(CORPUS, encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from threads, and on a busy machine the threads only spin.
+
+    A module asks for it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@torch.no_grad()
+def randomize(model: nn.Module, *, std: float, seed: int = 0) -> nn.Module:
+    """Redraw every parameter: norm gains around one, everything else N(0, std^2), so that
+    distributions are far from uniform, no two sequences tie and a weight mapped to the wrong
+    place changes the logits. Eval mode."""
+    generator = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            noise = torch.randn(param.shape, generator=generator)
+            is_gain = name == "weight" and "norm" in type(module).__name__.lower()
+            param.copy_(1.0 + 0.3 * noise if is_gain else std * noise)
+    return model.eval()
 
 
 # Smallest settings that still exercise every part of a run.

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import randomize
 from xfmr.generation import GenerationConfig, Hypothesis, generate, sample_text
 from xfmr.generation.processors import length_penalty
 from xfmr.nn.attention import causal_mask, record_attention
@@ -21,28 +22,9 @@ from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import CausalLM, build_model
 
 VOCAB, PAD, START = 40, 0, 1
+STD = 0.3  # of the random weights other than norm gains
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and on a busy machine the threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@torch.no_grad()
-def _randomize(model: nn.Module, seed: int = 0, std: float = 0.3) -> nn.Module:
-    """Redraw every parameter (norm gains around one) so that distributions are far from
-    uniform and no two sequences tie. Eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            noise = torch.randn(param.shape, generator=generator)
-            is_gain = name == "weight" and "norm" in type(module).__name__.lower()
-            param.copy_(1.0 + 0.3 * noise if is_gain else std * noise)
-    return model.eval()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(arch: str = "decoder", pos: str = "rotary", vocab: int = VOCAB, **overrides):
@@ -55,7 +37,7 @@ def _model(arch: str = "decoder", pos: str = "rotary", vocab: int = VOCAB, **ove
         pos=PosConfig(name=pos, max_positions=48),
         **overrides,
     )
-    return _randomize(build_model(config))
+    return randomize(build_model(config), std=STD)
 
 
 def _prompts(lengths: list[int], *, seed: int = 0, side: str = "right") -> tuple[torch.Tensor, ...]:
@@ -241,7 +223,7 @@ def _hf_gpt2() -> nn.Module:
         vocab_size=VOCAB, n_positions=48, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=0, eos_token_id=0, attn_implementation="eager",
     )  # fmt: skip
-    return _randomize(transformers.GPT2LMHeadModel(config))
+    return randomize(transformers.GPT2LMHeadModel(config), std=STD)
 
 
 def _hf_t5() -> nn.Module:
@@ -250,7 +232,7 @@ def _hf_t5() -> nn.Module:
         num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
         feed_forward_proj="relu", tie_word_embeddings=True, attn_implementation="eager",
     )  # fmt: skip
-    return _randomize(transformers.T5ForConditionalGeneration(config))
+    return randomize(transformers.T5ForConditionalGeneration(config), std=STD)
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import randomize
+
 transformers = pytest.importorskip("transformers")
 
 from xfmr.interop import hf as interop  # noqa: E402
@@ -28,27 +30,9 @@ VOCAB, D, HEADS, LAYERS = 100, 32, 4, 2
 LENGTHS = [12, 9, 5]  # one full row and two padded ones, batch 3
 TARGET_LENGTHS = [7, 7, 4]
 TOLERANCE = 1e-4
+STD = 0.2  # of the random weights other than norm gains
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and on a busy machine the threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@torch.no_grad()
-def _randomize(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Redraw every parameter: norm gains around one, everything else N(0, 0.2). Eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            noise = torch.randn(param.shape, generator=generator)
-            is_gain = name == "weight" and "norm" in type(module).__name__.lower()
-            param.copy_(1.0 + 0.3 * noise if is_gain else 0.2 * noise)
-    return model.eval()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _padded(lengths: list[int], *, seed: int, side: str = "right") -> tuple[torch.Tensor, ...]:
@@ -89,7 +73,7 @@ def _gpt2(**overrides) -> nn.Module:
             **overrides,
         }
     )
-    return _randomize(transformers.GPT2LMHeadModel(config))
+    return randomize(transformers.GPT2LMHeadModel(config), std=STD)
 
 
 def _bert(**overrides) -> nn.Module:
@@ -105,7 +89,7 @@ def _bert(**overrides) -> nn.Module:
             **overrides,
         }
     )
-    return _randomize(transformers.BertForPreTraining(config))
+    return randomize(transformers.BertForPreTraining(config), std=STD)
 
 
 # T5 v1: ReLU FFN, LM head tied to the shared embedding, decoder output * d_model**-0.5.
@@ -139,7 +123,7 @@ def _t5(version: str, **overrides) -> nn.Module:
         # unties only when a checkpoint holds two different tensors): give it its own, as the
         # v1.1 checkpoints have.
         model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
-    return _randomize(model)
+    return randomize(model, std=STD)
 
 
 def _t5_inputs() -> dict[str, torch.Tensor]:

@@ -18,14 +18,7 @@ PROMPT_LENGTHS = [5, 2, 7]
 CHUNKS = [1, 2, 1, 1, 3]  # new tokens per cached call after the prompt: single steps and chunks
 TOLERANCE = dict(atol=1e-5, rtol=1e-5)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and on a busy machine the threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(arch: str, pos: str, **overrides) -> torch.nn.Module:

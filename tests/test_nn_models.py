@@ -18,14 +18,7 @@ VOCAB, T, S = 50, 10, 8
 ALL_POS = sorted(POSITIONS)
 RELATIVE_POS = ["relative", "rotary", "alibi"]  # schemes that see only offsets
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and on a busy machine the threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _config(arch: str = "decoder", pos: str = "learned", **overrides) -> ModelConfig:

@@ -3,14 +3,11 @@ for token tagging such as CoNLL-2003 NER (`word POS chunk tag` or `word POS tag`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-from torch.utils.data import DataLoader
-
+from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.formats import (
     ON_BAD_ROW_CHOICES,
     BadRow,
@@ -23,10 +20,8 @@ from xfmr.data.formats import (
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
-log = logging.getLogger("xfmr")
 
-
-class ConllDataModule(L.LightningDataModule):
+class ConllDataModule(ExamplesDataModule):
     """Args:
     train_path, val_path: CoNLL files; `-DOCSTART-` lines and blank lines separate sentences.
     token_column, tag_column: 0-based column of the word and of its tag (negative counts from
@@ -52,7 +47,7 @@ class ConllDataModule(L.LightningDataModule):
         num_workers: int = 0,
         on_bad_row: str = "error",
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, num_workers=num_workers)
         for key, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise UserError(f"data.{key} is not set: give a CoNLL file")
@@ -64,13 +59,10 @@ class ConllDataModule(L.LightningDataModule):
         self.columns = {"token_column": token_column, "tag_column": tag_column}
         self.tag_scheme = tag_scheme
         self.labels = [str(label) for label in labels] if labels else None
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.on_bad_row = on_bad_row
         self._sentences: tuple[list[TaggedSentence], list[TaggedSentence]] | None = None
         self.train_set: list = []
         self.val_set: list = []
-        self.collate_fn: Callable | None = None
 
     def examples(self) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
         """(training, validation) sentences, read once; the label set comes from training."""
@@ -86,11 +78,7 @@ class ConllDataModule(L.LightningDataModule):
         )
         if labels is not None:
             sentences = _known_tags_only(path, sentences, bad_rows, labels, self.on_bad_row)
-        if len(bad_rows):
-            log.warning("%s", bad_rows.summary())
-        if not sentences:
-            raise UserError(f"data: {path} has no usable sentences")
-        return sentences
+        return usable_rows(sentences, bad_rows, where=path, noun="sentences")
 
     def label_names(self) -> list[str]:
         self.examples()
@@ -107,22 +95,6 @@ class ConllDataModule(L.LightningDataModule):
         self.train_set = _encode(tokenizer, train, index)
         self.val_set = _encode(tokenizer, val, index)
         self.collate_fn = collate_fn
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def _loader(self, rows: list, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            rows,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
-        )
 
 
 def _encode(

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-import lightning as L
-from torch.utils.data import DataLoader
-
+from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.formats import TextExample, read_delimited
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
-log = logging.getLogger("xfmr")
 
-
-class DelimitedDataModule(L.LightningDataModule):
+class DelimitedDataModule(ExamplesDataModule):
     """Args:
     train_path, val_path: TSV/CSV/JSONL files (the suffix decides the format).
     text_field, label_field, text_pair_field: column names (or indices without a header).
@@ -39,7 +34,7 @@ class DelimitedDataModule(L.LightningDataModule):
         num_workers: int = 0,
         on_bad_row: str = "error",
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, num_workers=num_workers)
         for key, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise UserError(f"data.{key} is not set: give a TSV, CSV or JSONL file")
@@ -50,13 +45,10 @@ class DelimitedDataModule(L.LightningDataModule):
             "text_pair_field": text_pair_field,
         }
         self.labels = [str(label) for label in labels] if labels else None
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.on_bad_row = on_bad_row
         self._examples: tuple[list[TextExample], list[TextExample]] | None = None
         self.train_set: list = []
         self.val_set: list = []
-        self.collate_fn: Callable | None = None
 
     def examples(self) -> tuple[list[TextExample], list[TextExample]]:
         if self._examples is None:
@@ -69,11 +61,7 @@ class DelimitedDataModule(L.LightningDataModule):
         examples, bad_rows = read_delimited(
             path, **self.fields, labels=labels, on_bad_row=self.on_bad_row
         )
-        if len(bad_rows):
-            log.warning("%s", bad_rows.summary())
-        if not examples:
-            raise UserError(f"data: {path} has no usable rows")
-        return examples
+        return usable_rows(examples, bad_rows, where=path)
 
     def label_names(self) -> list[str]:
         self.examples()
@@ -95,22 +83,6 @@ class DelimitedDataModule(L.LightningDataModule):
         texts = tokenizer.encode_batch([e.text for e in rows])
         pairs = [tokenizer.encode(e.text_pair) if e.text_pair else None for e in rows]
         return [(t, p, index[e.label]) for t, p, e in zip(texts, pairs, rows, strict=True)]
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def _loader(self, rows: list, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            rows,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
-        )
 
 
 def _texts(rows: list[TextExample]) -> str:

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from xfmr.data.base import ExamplesDataModule
 from xfmr.data.files import text_files
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
@@ -87,7 +87,7 @@ class SentencePairDataset(Dataset):
         return draw_pair(self.documents, *self.anchors[index])
 
 
-class DocumentsDataModule(L.LightningDataModule):
+class DocumentsDataModule(ExamplesDataModule):
     """Documents split into training and validation by document; the tokenizer is trained on
     the training documents only.
 
@@ -109,20 +109,17 @@ class DocumentsDataModule(L.LightningDataModule):
         num_workers: int = 0,
         val_seed: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, num_workers=num_workers)
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
         if int(batch_size) < 1:
             raise UserError(f"data.batch_size={batch_size} must be a positive integer")
         self.path = path
         self.val_fraction = val_fraction
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.val_seed = val_seed
         self._split: tuple[list[list[str]], list[list[str]]] | None = None
         self.train_set: SentencePairDataset | None = None
         self.val_set: SentencePairDataset | None = None
-        self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
 
     def documents(self) -> tuple[list[list[str]], list[list[str]]]:
         """(train, val) documents of sentences; too few of either is refused."""
@@ -159,25 +156,12 @@ class DocumentsDataModule(L.LightningDataModule):
         self.val_set = SentencePairDataset(val, seed=self.val_seed)
         self.collate_fn = collate_fn
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
     def _loader(self, dataset: Dataset | None, *, shuffle: bool) -> DataLoader:
         if dataset is None or self.collate_fn is None:
             raise RuntimeError(
                 "attach(tokenizer, collate_fn) must be called before the loaders are built"
             )
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
-        )
+        return super()._loader(dataset, shuffle=shuffle)
 
 
 def _encode(tokenizer: TextTokenizer, documents: list[list[str]]) -> list[Document]:

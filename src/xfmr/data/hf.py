@@ -9,7 +9,6 @@ the data is loaded, so config checks and `--help` never pay for it.
 
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,14 +17,13 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from xfmr.checks import HF_PATH_CHOICES
+from xfmr.data.base import usable_rows
 from xfmr.data.delimited import DelimitedDataModule
 from xfmr.data.formats import ON_BAD_ROW_CHOICES, BadRow, BadRows, TextExample
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 from xfmr.objectives.archs import CONFIGURED_DATA_KINDS
-
-log = logging.getLogger("xfmr")
 
 KINDS = CONFIGURED_DATA_KINDS["hf_datamodule"]
 # Held-out rows for labelled data and pairs are drawn with a fixed seed: hub datasets are often
@@ -218,11 +216,7 @@ def text_rows(
         if on_bad_row == "error":
             raise UserError(f"{bad} (set data.on_bad_row=skip to skip bad rows and report them)")
         bad_rows.rows.append(bad)
-    if len(bad_rows):
-        log.warning("%s", bad_rows.summary())
-    if not rows:
-        raise UserError(f"data: {split} has no usable rows")
-    return rows
+    return usable_rows(rows, bad_rows, where=split)
 
 
 # --------------------------------------------------------------------------- the three kinds

@@ -7,11 +7,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import lightning as L
-import torch
 from torch.utils.data import DataLoader
 
 from xfmr.checks import parallel_files
+from xfmr.data.base import ExamplesDataModule
 from xfmr.data.formats import read_parallel, read_parallel_jsonl
 from xfmr.data.synthetic import sentence
 from xfmr.text.tokenizers import TextTokenizer
@@ -19,7 +18,7 @@ from xfmr.text.tokenizers import TextTokenizer
 log = logging.getLogger("xfmr")
 
 
-class ParallelDataModule(L.LightningDataModule):
+class ParallelDataModule(ExamplesDataModule):
     """Source -> target pairs for training and validation, from aligned line files or from JSON
     Lines (exactly one of the two); a shared tokenizer is trained on both sides of the training
     pairs (the original Transformer's shared BPE vocabulary).
@@ -50,7 +49,7 @@ class ParallelDataModule(L.LightningDataModule):
         num_workers: int = 0,
         on_bad_row: str = "error",
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, num_workers=num_workers)
         self.on_bad_row = on_bad_row
         self.files = {
             "train_source": train_source,
@@ -62,12 +61,9 @@ class ParallelDataModule(L.LightningDataModule):
         }
         self.fields = (source_field, target_field)
         self.max_length = max_length
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self._pairs: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None
         self.train_pairs: list[tuple[list[int], list[int]]] = []
         self.val_pairs: list[tuple[list[int], list[int]]] = []
-        self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
 
     def read_pairs(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         keys = parallel_files(self.files)  # one of the two ways, else a UserError
@@ -107,21 +103,13 @@ class ParallelDataModule(L.LightningDataModule):
         cut = self.max_length
         return [(s[:cut], t[:cut]) for s, t in zip(sources, targets, strict=True)]
 
+    # Batches come from `train_pairs` and `val_pairs`, not `train_set`/`val_set`: evaluation
+    # decodes `val_pairs`.
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_pairs, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_pairs, shuffle=False)
-
-    def _loader(self, pairs: list, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            pairs,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
-        )
 
 
 def toy_translation(text: str) -> str:

@@ -13,10 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
-from torch.utils.data import DataLoader
-
 from xfmr.checks import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
+from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.formats import QAExample, read_squad
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
@@ -96,7 +94,7 @@ def split_windows(
     return windows
 
 
-class SquadDataModule(L.LightningDataModule):
+class SquadDataModule(ExamplesDataModule):
     """SQuAD v1.1 JSON for extractive question answering; the tokenizer is trained on the
     training questions and contexts.
 
@@ -124,7 +122,7 @@ class SquadDataModule(L.LightningDataModule):
         num_workers: int = 0,
         on_bad_row: str = "error",
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, num_workers=num_workers)
         for key, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise UserError(f"data.{key} is not set: give a SQuAD v1.1 JSON file")
@@ -139,14 +137,11 @@ class SquadDataModule(L.LightningDataModule):
         self.max_length = max_length
         self.doc_stride = doc_stride
         self.max_query_length = max_query_length
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.on_bad_row = on_bad_row
         self._examples: tuple[list[QAExample], list[QAExample]] | None = None
         self.train_set: list[QAItem] = []
         self.val_set: list[QAItem] = []
         self.windows_without_answer = {"train": 0, "val": 0}
-        self.collate_fn: Callable | None = None
 
     def examples(self) -> tuple[list[QAExample], list[QAExample]]:
         if self._examples is None:
@@ -155,11 +150,7 @@ class SquadDataModule(L.LightningDataModule):
 
     def _read(self, path: str) -> list[QAExample]:
         examples, bad_rows = read_squad(path, on_bad_row=self.on_bad_row)
-        if len(bad_rows):
-            log.warning("%s", bad_rows.summary())
-        if not examples:
-            raise UserError(f"data: {path} has no usable questions")
-        return examples
+        return usable_rows(examples, bad_rows, where=path, noun="questions")
 
     def split_text(self) -> tuple[str, str]:
         """(train, val) text: each distinct context once, and every question."""
@@ -207,22 +198,6 @@ class SquadDataModule(L.LightningDataModule):
             answers = [answer for answer, _ in example.answers]
             items.append(QAItem(example.id, example.context, answers, windows))
         return items
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def _loader(self, items: list[QAItem], *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            items,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
-        )
 
 
 def _texts(examples: list[QAExample]) -> str:

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from xfmr.data.base import make_loader
 from xfmr.data.files import text_files
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
@@ -133,12 +134,11 @@ class TextCorpusDataModule(L.LightningDataModule):
             raise RuntimeError(
                 "attach(tokenizer, collate_fn) must be called before the loaders are built"
             )
-        return DataLoader(
+        return make_loader(
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
             drop_last=shuffle,
             num_workers=self.num_workers,
             collate_fn=self.collate_fn,
-            persistent_workers=self.num_workers > 0,
         )

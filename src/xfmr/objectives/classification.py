@@ -3,6 +3,8 @@ sentences or sentence pairs, `[CLS] A [SEP] (B [SEP])`, one label per example.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,6 +13,15 @@ from torchmetrics.classification import MulticlassAccuracy
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
 from xfmr.objectives.span_corruption import pad_rows
+
+if TYPE_CHECKING:
+    from xfmr.text.tokenizers import TextTokenizer
+
+
+def bert_special_ids(tokenizer: TextTokenizer) -> tuple[int, int, int]:
+    """The ids of `[PAD]`, `[CLS]` and `[SEP]`: what BERT's inputs `[CLS] A [SEP] (B [SEP])`
+    are built and padded with."""
+    return tuple(tokenizer.token_to_id(token) for token in ("[PAD]", "[CLS]", "[SEP]"))
 
 
 class ClassificationObjective:
@@ -30,9 +41,7 @@ class ClassificationObjective:
         self.pad_id = self.cls_id = self.sep_id = None
 
     def bind(self, tokenizer) -> None:
-        self.pad_id = tokenizer.token_to_id("[PAD]")
-        self.cls_id = tokenizer.token_to_id("[CLS]")
-        self.sep_id = tokenizer.token_to_id("[SEP]")
+        self.pad_id, self.cls_id, self.sep_id = bert_special_ids(tokenizer)
 
     def bind_labels(self, label_names: list[str]) -> None:
         self.label_names = list(label_names)

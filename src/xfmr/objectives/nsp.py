@@ -13,6 +13,7 @@ from torchmetrics.text import Perplexity
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_SEGMENTS
+from xfmr.objectives.classification import bert_special_ids
 from xfmr.objectives.clm import IGNORE_INDEX
 from xfmr.objectives.mlm import TokenMasker
 from xfmr.objectives.span_corruption import pad_rows
@@ -90,9 +91,7 @@ class NextSentenceObjective:
         self.pad_id = self.cls_id = self.sep_id = None
 
     def bind(self, tokenizer) -> None:
-        self.pad_id = tokenizer.token_to_id("[PAD]")
-        self.cls_id = tokenizer.token_to_id("[CLS]")
-        self.sep_id = tokenizer.token_to_id("[SEP]")
+        self.pad_id, self.cls_id, self.sep_id = bert_special_ids(tokenizer)
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         from xfmr.nn.heads import EncoderNextSentence

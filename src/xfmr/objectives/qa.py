@@ -13,6 +13,7 @@ from torch import nn
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
+from xfmr.objectives.classification import bert_special_ids
 from xfmr.objectives.span_corruption import pad_rows
 from xfmr.objectives.squad_metrics import SquadScore
 
@@ -102,9 +103,7 @@ class QuestionAnsweringObjective:
         self.pad_id = self.cls_id = self.sep_id = None
 
     def bind(self, tokenizer) -> None:
-        self.pad_id = tokenizer.token_to_id("[PAD]")
-        self.cls_id = tokenizer.token_to_id("[CLS]")
-        self.sep_id = tokenizer.token_to_id("[SEP]")
+        self.pad_id, self.cls_id, self.sep_id = bert_special_ids(tokenizer)
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         from xfmr.nn.heads import SpanExtraction

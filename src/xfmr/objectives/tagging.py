@@ -11,6 +11,7 @@ from torch import nn
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import OBJECTIVE_ARCHS
+from xfmr.objectives.classification import bert_special_ids
 from xfmr.objectives.clm import IGNORE_INDEX, token_loss
 from xfmr.objectives.entity_f1 import NO_PREDICTION, SCORES, EntityF1
 from xfmr.objectives.span_corruption import pad_rows
@@ -50,10 +51,8 @@ class TaggingObjective:
         self.pad_id = self.unk_id = self.cls_id = self.sep_id = None
 
     def bind(self, tokenizer) -> None:
-        self.pad_id = tokenizer.token_to_id("[PAD]")
+        self.pad_id, self.cls_id, self.sep_id = bert_special_ids(tokenizer)
         self.unk_id = tokenizer.token_to_id("[UNK]")
-        self.cls_id = tokenizer.token_to_id("[CLS]")
-        self.sep_id = tokenizer.token_to_id("[SEP]")
 
     def bind_labels(self, label_names: list[str]) -> None:
         self.label_names = list(label_names)

@@ -1,0 +1,84 @@
+"""What the data modules share: refusing a file with no usable rows, and batching the encoded
+training and validation examples into DataLoaders."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+from xfmr.data.formats import BadRows
+from xfmr.errors import UserError
+
+log = logging.getLogger("xfmr")
+
+Row = TypeVar("Row")
+
+
+def usable_rows(rows: list[Row], bad_rows: BadRows, *, where: str, noun: str = "rows") -> list[Row]:
+    """`rows` as read from `where`, once the bad rows skipped on the way are logged; a UserError
+    if none is left."""
+    if len(bad_rows):
+        log.warning("%s", bad_rows.summary())
+    if not rows:
+        raise UserError(f"data: {where} has no usable {noun}")
+    return rows
+
+
+def make_loader(
+    dataset: Dataset | Sequence[Any],
+    *,
+    batch_size: int,
+    shuffle: bool,
+    num_workers: int,
+    collate_fn: Callable[[list[Any]], dict] | None,
+    drop_last: bool = False,
+) -> DataLoader:
+    """A DataLoader whose workers, if any, live as long as it does (no restart every epoch)."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        persistent_workers=num_workers > 0,
+    )
+
+
+class ExamplesDataModule(L.LightningDataModule):
+    """A data module whose `attach` encodes the examples into `train_set` and `val_set` and
+    keeps the objective's `collate_fn`: training batches are shuffled, validation batches keep
+    the examples' order. A module whose splits are held elsewhere overrides the two loaders.
+
+    Args:
+        batch_size: examples per batch (per process under DDP).
+        num_workers: DataLoader workers.
+    """
+
+    train_set: Dataset | Sequence[Any] | None
+    val_set: Dataset | Sequence[Any] | None
+
+    def __init__(self, *, batch_size: int, num_workers: int) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.collate_fn: Callable[[list[Any]], dict] | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def _loader(self, dataset: Dataset | Sequence[Any] | None, *, shuffle: bool) -> DataLoader:
+        return make_loader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+        )
