@@ -57,6 +57,7 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
             ["data.path='/nonexistent/input.txt' does not exist"],
         ),
         (["tokenizer.kind=wordpeace"], ["tokenizer.kind='wordpeace'", "char", "byte_bpe"]),
+        (["generation=beam"], ["generation is for xfmr-generate", "callbacks.text_sample"]),
     ],
 )
 def test_bad_config_is_one_clear_error(tmp_path: Path, args: list[str], needles: list[str]) -> None:

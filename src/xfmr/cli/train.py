@@ -86,10 +86,22 @@ def name_wandb_run(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
             )
 
 
+# Groups of the shared config tree that the other entry points compose, not xfmr-train.
+_OTHER_TOOLS_GROUPS = {
+    "generation": (
+        "generation is for xfmr-generate, xfmr-eval and xfmr-attention (e.g. xfmr-eval "
+        "run_dir=RUN generation=beam); xfmr-train's closing sample is set by "
+        "callbacks.text_sample.* (temperature, top_k, max_new_tokens)"
+    ),
+}
+
+
 def check_group_choices(argv: list[str], conf: Path) -> None:
     """`group=choice` arguments name an existing choice; Hydra's own message buries the list."""
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
+        if key.split(".")[0] in _OTHER_TOOLS_GROUPS:
+            fail(PROG, _OTHER_TOOLS_GROUPS[key.split(".")[0]])
         group = conf / key
         if not sep or "/" in key or key == "hydra" or not group.is_dir():
             continue
