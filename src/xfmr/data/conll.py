@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.data.base import ExamplesDataModule, usable_rows
+from xfmr.data.files import require_paths
 from xfmr.data.formats import (
     ON_BAD_ROW_CHOICES,
     BadRow,
@@ -48,9 +49,7 @@ class ConllDataModule(ExamplesDataModule):
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)
-        for key, value in (("train_path", train_path), ("val_path", val_path)):
-            if not value:
-                raise UserError(f"data.{key} is not set: give a CoNLL file")
+        require_paths("a CoNLL file", train_path=train_path, val_path=val_path)
         if on_bad_row not in ON_BAD_ROW_CHOICES:
             raise UserError(
                 f"data.on_bad_row={on_bad_row!r} is not valid: use one of {list(ON_BAD_ROW_CHOICES)}"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from xfmr.data.base import ExamplesDataModule, usable_rows
+from xfmr.data.files import require_paths
 from xfmr.data.formats import TextExample, read_delimited
-from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
 
@@ -35,9 +35,7 @@ class DelimitedDataModule(ExamplesDataModule):
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)
-        for key, value in (("train_path", train_path), ("val_path", val_path)):
-            if not value:
-                raise UserError(f"data.{key} is not set: give a TSV, CSV or JSONL file")
+        require_paths("a TSV, CSV or JSONL file", train_path=train_path, val_path=val_path)
         self.paths = (train_path, val_path)
         self.fields = {
             "text_field": text_field,

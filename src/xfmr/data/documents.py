@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.base import ExamplesDataModule
-from xfmr.data.files import text_files
+from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -26,12 +26,7 @@ def read_documents(files: Sequence[Path]) -> list[list[str]]:
     """Each file's documents: runs of non-blank lines (stripped); a file's end ends a document."""
     documents: list[list[str]] = []
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise UserError(
-                f"data.path file {str(f)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
-            ) from None
+        text = read_utf8(f)
         current: list[str] = []
         for line in [*text.splitlines(), ""]:
             if line.strip():

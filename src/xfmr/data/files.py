@@ -30,3 +30,20 @@ def text_files(path: str | Sequence[str] | None, *, key: str = "data.path") -> l
         if f.stat().st_size == 0:
             raise UserError(f"{key} file {str(f)!r} is empty")
     return files
+
+
+def read_utf8(file: Path, *, key: str = "data.path") -> str:
+    """A data file's text; a file that is not UTF-8 is a UserError naming it and the byte."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{key} file {str(file)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
+
+
+def require_paths(what: str, **paths: str | None) -> None:
+    """Each named `data.KEY` is set; else a UserError saying what file to give."""
+    for key, value in paths.items():
+        if not value:
+            raise UserError(f"data.{key} is not set: give {what}")

@@ -15,8 +15,8 @@ from typing import Any
 
 from xfmr.checks import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
 from xfmr.data.base import ExamplesDataModule, usable_rows
+from xfmr.data.files import require_paths
 from xfmr.data.formats import QAExample, read_squad
-from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
@@ -123,9 +123,7 @@ class SquadDataModule(ExamplesDataModule):
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)
-        for key, value in (("train_path", train_path), ("val_path", val_path)):
-            if not value:
-                raise UserError(f"data.{key} is not set: give a SQuAD v1.1 JSON file")
+        require_paths("a SQuAD v1.1 JSON file", train_path=train_path, val_path=val_path)
         check_squad_windows(
             {
                 "max_length": max_length,

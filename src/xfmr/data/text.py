@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.base import make_loader
-from xfmr.data.files import text_files
+from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -85,12 +85,7 @@ class TextCorpusDataModule(L.LightningDataModule):
     def read_text(self) -> str:
         parts = []
         for f in self.files():
-            try:
-                text = f.read_text(encoding="utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(
-                    f"data.path file {str(f)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
-                ) from None
+            text = read_utf8(f)
             if not text.strip():
                 raise UserError(f"data.path file {str(f)!r} is empty")
             parts.append(text)
