@@ -1,0 +1,206 @@
+"""The rows of a comparison: one per run, or one per setting (the runs that share the grouping
+overrides) with the mean and sample std over its completed runs. Cells are plain values (str,
+int, float, None) that `formats` prints."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xfmr.compare.runs import Run, integer
+from xfmr.errors import UserError
+
+SEED = "seed"  # repeats of one setting, averaged over by default
+COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows in display order, each a mapping over `columns`."""
+
+    title: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The metric that orders runs, and whether lower (min) or higher (max) is better."""
+
+    metric: str
+    direction: str = "min"
+
+    def key(self, value: float | None) -> tuple[bool, float]:
+        """Sort key: best first; missing and NaN last."""
+        if value is None or math.isnan(value):
+            return (True, 0.0)
+        return (False, value if self.direction == "min" else -value)
+
+    def describe(self) -> str:
+        return f"{self.metric}, {'lower' if self.direction == 'min' else 'higher'} is better"
+
+
+def differing_keys(runs: Sequence[Run]) -> list[str]:
+    """The override keys whose value is not the same in every run (absent counts as a value),
+    in the order they first appear."""
+    keys = dict.fromkeys(key for run in runs for key in run.overrides)
+    return [key for key in keys if len({run.overrides.get(key) for run in runs}) > 1]
+
+
+def run_labels(runs: Sequence[Run]) -> dict[Path, str]:
+    """Each run's directory relative to the parent of the directory that holds them all
+    (`sweep/0`, `sweep/1`, ...)."""
+    resolved = [run.path.resolve() for run in runs]
+    base = Path(os.path.commonpath(resolved)).parent
+    return {run.path: str(path.relative_to(base)) for run, path in zip(runs, resolved, strict=True)}
+
+
+def grouping_keys(runs: Sequence[Run], group_by: str | None, no_group: bool) -> list[str] | None:
+    """The overrides that define a setting, or None for a row per run. By default every
+    differing override but the seed, when that puts more than one run in some setting."""
+    if no_group:
+        return None
+    if group_by is not None:
+        keys = [key.strip() for key in group_by.split(",") if key.strip()]
+        known = sorted({key for run in runs for key in run.overrides})
+        unknown = [key for key in keys if key not in known]
+        if unknown:
+            raise UserError(
+                f"--group-by {group_by}: no run has the override {', '.join(unknown)}; "
+                f"the runs' overrides are: {', '.join(known) or 'none'}"
+            )
+        return keys
+    keys = [key for key in differing_keys(runs) if key != SEED]
+    sizes = Counter(setting(run, keys) for run in runs)
+    return keys if max(sizes.values()) > 1 else None
+
+
+def setting(run: Run, keys: Sequence[str]) -> tuple[str | None, ...]:
+    return tuple(run.overrides.get(key) for key in keys)
+
+
+def best_value(run: Run, ranking: Ranking) -> tuple[float | None, int | None]:
+    """The best value the metric reached over the run's validations, and at which step."""
+    points = [
+        (entry[ranking.metric], integer(entry.get("step")))
+        for entry in run.history
+        if entry.get(ranking.metric) is not None
+    ]
+    if not points:  # no history: the best validation results.json records
+        return run.best.get(ranking.metric), integer(run.best.get("step"))
+    return min(points, key=lambda point: ranking.key(point[0]))
+
+
+def note(run: Run) -> str:
+    """Why a run did not complete: where it stopped, and the reason it gives."""
+    if run.status == COMPLETED:
+        return ""
+    stopped = [f"stopped at step {run.step}"] if run.step is not None else []
+    return "; ".join([*stopped, *([run.reason] if run.reason else [])])
+
+
+def run_table(runs: Sequence[Run], ranking: Ranking) -> Table:
+    """One row per run, best first; failed and pruned runs included, with their note."""
+    labels, keys, metric = run_labels(runs), differing_keys(runs), ranking.metric
+    ordered = sorted(runs, key=lambda run: (ranking.key(run.metrics.get(metric)), labels[run.path]))
+    rows = []
+    for run in ordered:
+        best, best_step = best_value(run, ranking)
+        rows.append(
+            {
+                "run": labels[run.path],
+                **dict(zip(keys, setting(run, keys), strict=True)),
+                "status": run.status,
+                f"final {metric}": run.metrics.get(metric),
+                f"best {metric}": best,
+                "best step": best_step,
+                "steps": run.step,
+                "ms/step": run.ms_per_step,
+                "params": run.n_parameters,
+                "note": note(run),
+            }
+        )
+    columns = list(rows[0]) if rows else ["run"]
+    return Table(f"{len(runs)} runs: {ranking.describe()}", columns, rows)
+
+
+def group_table(runs: Sequence[Run], keys: Sequence[str], ranking: Ranking) -> Table:
+    """One row per setting of `keys`: mean and sample std (ddof=1) over its completed runs, n,
+    how many ended otherwise and why; best setting first."""
+    labels = run_labels(runs)
+    groups: dict[tuple[str | None, ...], list[Run]] = {}
+    for run in runs:
+        groups.setdefault(setting(run, keys), []).append(run)
+    others = sorted({run.status for run in runs} - {COMPLETED})
+    rows = [
+        _group_row(
+            dict(zip(keys, values, strict=True)) or {"group": "all runs"},
+            members,
+            others,
+            labels,
+            ranking,
+        )
+        for values, members in groups.items()
+    ]
+    mean = f"final {ranking.metric} mean"
+    rows.sort(key=lambda row: ranking.key(row[mean]))
+    by = ", ".join(keys) or "nothing (all runs together)"
+    title = f"{len(runs)} runs in {len(rows)} settings of {by}: mean ± std over completed runs; {ranking.describe()}"
+    return Table(title, list(rows[0]), rows)
+
+
+def _group_row(
+    values: dict[str, Any],
+    members: list[Run],
+    others: list[str],
+    labels: dict[Path, str],
+    ranking: Ranking,
+) -> dict[str, Any]:
+    completed = [run for run in members if run.status == COMPLETED]
+    final = spread([run.metrics.get(ranking.metric) for run in completed])
+    best = spread([best_value(run, ranking)[0] for run in completed])
+    return {
+        **values,
+        "n": len(completed),
+        **{status: sum(run.status == status for run in members) for status in others},
+        f"final {ranking.metric} mean": final[0],
+        f"final {ranking.metric} std": final[1],
+        f"best {ranking.metric} mean": best[0],
+        f"best {ranking.metric} std": best[1],
+        "steps": central([run.step for run in completed]),
+        "ms/step": central([run.ms_per_step for run in completed]),
+        "params": central([run.n_parameters for run in completed]),
+        "note": "; ".join(
+            _outcome(run, labels[run.path]) for run in members if run.status != COMPLETED
+        ),
+    }
+
+
+def _outcome(run: Run, label: str) -> str:
+    reason = note(run)
+    return f"{label} {run.status}" + (f": {reason}" if reason else "")
+
+
+def spread(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (ddof=1) of the values present; no std for one."""
+    present = [value for value in values if value is not None]
+    if not present:
+        return None, None
+    mean = sum(present) / len(present)
+    if len(present) == 1:
+        return mean, None
+    variance = sum((value - mean) ** 2 for value in present) / (len(present) - 1)
+    return mean, math.sqrt(variance)
+
+
+def central(values: Sequence[float | int | None]) -> float | int | None:
+    """The value every run shares (steps, parameters), else their mean."""
+    present = [value for value in values if value is not None]
+    if len(set(present)) == 1:
+        return present[0]
+    return spread(present)[0]
