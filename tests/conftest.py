@@ -80,13 +80,19 @@ class Completed:
 
 
 def run_cli(
-    args: list[str], cwd: Path, *, timeout: float = 300, module: str = "xfmr.cli.train"
+    args: list[str],
+    cwd: Path,
+    *,
+    timeout: float = 300,
+    module: str = "xfmr.cli.train",
+    env: dict[str, str] | None = None,
 ) -> Completed:
     env = {
         **os.environ,
         "XFMR_CACHE_DIR": str(cwd / ".cache"),
         "WANDB_MODE": "offline",
         "PYTHONUNBUFFERED": "1",
+        **(env or {}),
     }
     env.pop("WANDB_API_KEY", None)
     proc = subprocess.run(

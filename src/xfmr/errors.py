@@ -6,3 +6,8 @@ The entry points print its message without a traceback and exit non-zero.
 
 class UserError(ValueError):
     """Bad input from a person: the message names the key or file, the value, and what is valid."""
+
+
+class RunFailed(Exception):
+    """A run that cannot go on (its loss stopped being a number): the message says at which
+    step and what to change. The run directory keeps its last good checkpoint."""

@@ -72,12 +72,11 @@ def parse_args(entry: EntryPoint, argv: list[str]) -> DictConfig:
 def check_group_choice(entry: EntryPoint, key: str, value: str) -> None:
     if key not in entry.groups:
         return
-    choices = sorted(p.stem for p in (config_dir() / key).glob("*.yaml"))
+    from xfmr.cli.choices import group_choices, not_a_choice
+
+    choices = group_choices(key, [config_dir()])
     if value not in choices:
-        fail(
-            entry.prog,
-            f"{key}={value!r} is not a choice of the `{key}` group; valid: {', '.join(choices)}",
-        )
+        fail(entry.prog, not_a_choice(key, value, choices))
 
 
 def _compose(entry: EntryPoint, overrides: list[str]) -> DictConfig:

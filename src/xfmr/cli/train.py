@@ -5,6 +5,7 @@ Only Hydra and OmegaConf load before the config is checked, so `--help` and mist
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
-from xfmr.errors import UserError
+from xfmr.errors import RunFailed, UserError
 from xfmr.paths import config_dir
 
 PROG = "xfmr-train"
@@ -33,8 +34,9 @@ _TREE_ORDER = (
 log = logging.getLogger("xfmr")
 
 
-@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
-def _train_app(cfg: DictConfig) -> float | None:
+def train_job(cfg: DictConfig) -> float | None:
+    """One Hydra job: check, train, and return the optimized metric. A module-level function,
+    so xfmr's launcher can send it to the child process a sweep's job runs in."""
     from hydra.core.hydra_config import HydraConfig
 
     hydra_cfg = HydraConfig.get()
@@ -42,18 +44,37 @@ def _train_app(cfg: DictConfig) -> float | None:
     overrides = list(OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False))
     try:
         check_config(cfg)
-        name_wandb_run(cfg, hydra_cfg)
+        name_sweep_runs(cfg, hydra_cfg)
         resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        attach_trial(resolved, hydra_cfg)
         if cfg.get("print_config", True):
             print_config_tree(resolved, _TREE_ORDER)
         results = _run(resolved, overrides)
     except UserError as e:
         fail(PROG, str(e))
+    except RunFailed as e:  # results.json says so too; the exit code tells a script or sweep
+        fail(PROG, str(e), code=1)
     except OmegaConfBaseException as e:  # an interpolation or type error in the composed config
         fail(PROG, f"config: {e}".split("\n    full_key")[0])
     log.info("run directory: %s", resolved.paths.output_dir)
     metric = cfg.get("optimized_metric")
     return results["metrics"].get(metric) if metric and results else None
+
+
+_train_app = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")(
+    train_job
+)
+
+
+def attach_trial(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
+    """In a search, the job's `trial` section names the study trial it reports to (saved in
+    the run's config, so DDP workers and a reader of the run see it too)."""
+    from xfmr.sweeps.trial import trial_of_job
+
+    trial = trial_of_job(hydra_cfg, metric=str(cfg.get("optimized_metric") or "val/loss"))
+    if trial is not None:
+        with open_dict(cfg):
+            cfg.trial = trial
 
 
 def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
@@ -71,19 +92,31 @@ def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
         raise UserError(str(e).strip()) from None
 
 
-def name_wandb_run(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
-    """One wandb run per job, grouped by sweep: group = the sweep directory, name = its overrides."""
-    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-    if wandb_cfg is None:
-        return
+def name_sweep_runs(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
+    """In a multirun each job is one run of its sweep in every dashboard: a wandb run in the
+    sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job number;
+    named after the job's overrides."""
     from hydra.types import RunMode
 
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return
+    from xfmr.sweeps.names import sweep_name
+
+    sweep = sweep_name(hydra_cfg)
+    job_name = hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}"
+    loggers = cfg.get("logger") or {}
     with open_dict(cfg):
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            wandb_cfg.group = wandb_cfg.get("group") or str(hydra_cfg.sweep.dir)
-            wandb_cfg.name = wandb_cfg.get("name") or (
-                hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}"
-            )
+        if loggers.get("wandb") is not None:
+            loggers.wandb.group = loggers.wandb.get("group") or sweep
+            loggers.wandb.name = loggers.wandb.get("name") or job_name
+        if loggers.get("mlflow") is not None:
+            loggers.mlflow.experiment_name = sweep
+            loggers.mlflow.run_name = loggers.mlflow.get("run_name") or job_name
+            loggers.mlflow.tags = {
+                **(loggers.mlflow.get("tags") or {}),
+                "xfmr.sweep": sweep,
+                "xfmr.job": str(hydra_cfg.job.num),
+            }
 
 
 # Groups of the shared config tree that the other entry points compose, not xfmr-train.
@@ -97,26 +130,63 @@ _OTHER_TOOLS_GROUPS = {
 
 
 def check_group_choices(argv: list[str], conf: Path) -> None:
-    """`group=choice` arguments name an existing choice; Hydra's own message buries the list."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if key.split(".")[0] in _OTHER_TOOLS_GROUPS:
-            fail(PROG, _OTHER_TOOLS_GROUPS[key.split(".")[0]])
-        group = conf / key
-        if not sep or "/" in key or key == "hydra" or not group.is_dir():
+    """Every `group=value` argument (each choice of a sweep) names a config of its group in
+    `conf` or --config-dir, else fail in one line listing the choices. What only Hydra can judge
+    (an argument its grammar refuses, nested groups such as hydra/launcher) is left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from xfmr.cli.choices import choice_error, group_choices
+
+    parsed = _hydra_args(argv)
+    if parsed is None:
+        return
+    args, stray = parsed
+    parser = OverridesParser.create()
+    overrides = []
+    # Words after a flag (`size=tiny -m pos=a,b`) Hydra refuses as unrecognized arguments; a
+    # misspelt choice among them is still worth naming.
+    for arg in [*args.overrides, *(word for word in stray if not word.startswith("-"))]:
+        try:
+            overrides.append(parser.parse_override(arg))
+        except HydraException:
+            continue  # Hydra reports its own grammar's errors
+    config_dirs = _config_dirs(args, conf, [o.key_or_group for o in overrides])
+    for override in overrides:
+        group = override.key_or_group
+        if group.split(".")[0] in _OTHER_TOOLS_GROUPS:
+            fail(PROG, _OTHER_TOOLS_GROUPS[group.split(".")[0]])
+        if not config_dirs or "/" in group or group == "hydra":
             continue
-        choices = sorted(p.stem for p in group.glob("*.yaml"))
-        sweep = (
-            value.split(",")
-            if "," in value and not value.startswith(("[", "choice(", "range("))
-            else [value]
-        )
-        for choice in sweep:
-            if choice not in choices and choice != "null":
-                fail(
-                    PROG,
-                    f"{key}={choice!r} is not a choice of the `{key}` group; valid: {', '.join(choices)}",
-                )
+        if any((root / group).is_dir() for root in config_dirs):
+            problem = choice_error(override, group_choices(group, config_dirs))
+            if problem:
+                fail(PROG, problem)
+
+
+def _hydra_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
+    """`argv` read by Hydra's own command-line parser, and the words it does not recognize;
+    None if it refuses them (Hydra will say why when it reads them again)."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        return parser.parse_known_args(argv)
+    except argparse.ArgumentError:
+        return None
+
+
+def _config_dirs(args: argparse.Namespace, conf: Path, keys: list[str]) -> list[Path]:
+    """Where Hydra will look for group choices: `conf` and --config-dir (Hydra keeps the last
+    one given). Empty when that is not known before Hydra starts: the primary config directory
+    replaced (--config-path), the search path overridden, or --config-dir missing."""
+    if args.config_path is not None or "hydra.searchpath" in keys:
+        return []
+    if args.config_dir is None:
+        return [conf]
+    extra = Path(args.config_dir).absolute()
+    return [conf, extra] if extra.is_dir() else []
 
 
 def main() -> None:

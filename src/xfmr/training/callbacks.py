@@ -1,4 +1,5 @@
-"""Callbacks that measure a run and keep what `results.json` reports."""
+"""Callbacks that measure a run and keep what `results.json` reports, and the progress bar that
+shows the run's steps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -140,3 +142,42 @@ class TextSample(L.Callback):
         )
         text = self.tokenizer.decode(out)
         logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, counting optimizer steps toward `trainer.max_steps`.
+
+    Training is step-based (`max_epochs: -1`), where Lightning's bar reads "Epoch 0/-2" and
+    restarts its count every epoch. This one is a single bar for the whole run: "step", then
+    `global_step/max_steps` (a resumed run starts at its restored step), steps/s and the logged
+    metrics beside it. Validation bars are Lightning's. Without `max_steps` (-1) the bar is
+    Lightning's, per epoch.
+    """
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_epoch_start(trainer, pl_module)
+            return
+        self._show_step(trainer)
+        self.refresh()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
+    ) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
+        self._show_step(trainer)
+        self._update_metrics(trainer, pl_module)
+        self.refresh()
+
+    def _show_step(self, trainer: L.Trainer) -> None:
+        if self.is_disabled or self.progress is None:
+            return
+        if self.train_progress_bar_id is None:
+            # Padded like Lightning's epoch label, so the bar does not shift when validating.
+            label = f"{'step':{len(self.validation_description)}}"
+            self.train_progress_bar_id = self._add_task(trainer.max_steps, label)
+            # Started at the restored step, so steps/s and time left count this run's steps only.
+            self.progress.reset(self.train_progress_bar_id, completed=trainer.global_step)
+        self._update(self.train_progress_bar_id, trainer.global_step)

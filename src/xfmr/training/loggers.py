@@ -1,10 +1,20 @@
-"""Logger factories that need a decision at run time."""
+"""Logger factories that need a decision at run time, and what xfmr sends every dashboard
+beyond Lightning's per-step metrics: the flat config, the metrics a sweep's runs are compared
+by, and how the run ended. Only light imports here: a sweep's own process uses this module."""
 
 from __future__ import annotations
 
+import copy
 import netrc
 import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xfmr.errors import UserError
 
 
 def has_wandb_credentials() -> bool:
@@ -24,3 +34,236 @@ def wandb_logger(*, offline: bool | str = "auto", **kwargs: Any):
     if offline == "auto":
         offline = os.environ.get("WANDB_MODE") == "offline" or not has_wandb_credentials()
     return WandbLogger(offline=bool(offline), **kwargs)
+
+
+# --- MLflow ------------------------------------------------------------------------------------
+
+
+def mlflow_logger(*, tracking_uri: str, experiment_name: str, **kwargs: Any):
+    """A Lightning `MLFlowLogger` whose experiment exists before its run starts (rank 0 creates
+    it; DDP workers log nothing)."""
+    from lightning.pytorch.loggers import MLFlowLogger
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        ensure_mlflow_experiment(tracking_uri, experiment_name)
+    return MLFlowLogger(tracking_uri=tracking_uri, experiment_name=experiment_name, **kwargs)
+
+
+def ensure_mlflow_experiment(tracking_uri: str, name: str) -> str:
+    """The id of the experiment `name` at `tracking_uri`, created if missing. Creating the first
+    experiment also creates a SQLite store's tables, which two processes must not do at once."""
+    try:
+        import mlflow  # noqa: F401
+    except ModuleNotFoundError:
+        raise UserError("logger=mlflow needs MLflow: pip install 'xfmr[mlflow]'") from None
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # another job created it since the lookup
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        raise UserError(
+            f"logger.mlflow: experiment {name!r} at {tracking_uri} is deleted; restore it in "
+            f"`mlflow ui`, remove it for good with `mlflow gc --backend-store-uri {tracking_uri}`, "
+            "or name the runs' experiment otherwise (logger.mlflow.experiment_name=..., or "
+            "hydra.sweep.dir=... for a sweep)"
+        )
+    return experiment.experiment_id
+
+
+def prepare_mlflow_store(cfg: DictConfig) -> None:
+    """Create the MLflow store and the experiment a sweep's runs share, if `cfg` logs to MLflow.
+
+    Called once by the sweep's own process before its jobs start: jobs that start together
+    would otherwise race to create the SQLite tables. Idempotent.
+
+    Args:
+        cfg: the composed config of the sweep, with its `hydra` node (the experiment is named
+            by `sweep_name(cfg.hydra)`, as the jobs name it); without one, the experiment is
+            `logger.mlflow.experiment_name`. `${hydra:...}` interpolations resolve against
+            `cfg.hydra` where Hydra has not set its config in this process.
+    """
+    if (cfg.get("logger") or {}).get("mlflow") is None:
+        return
+    with _hydra_config(cfg):
+        settings = cfg.logger.mlflow
+        if "hydra" in cfg:
+            from xfmr.sweeps.names import sweep_name
+
+            name = sweep_name(cfg.hydra)
+        else:
+            name = str(settings.experiment_name)
+        ensure_mlflow_experiment(str(settings.tracking_uri), name)
+
+
+@contextmanager
+def _hydra_config(cfg: DictConfig) -> Iterator[None]:
+    """Hydra's config set from `cfg` while inside, unless Hydra has set it already."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() or "hydra" not in cfg:
+        yield
+        return
+    holder = HydraConfig.instance()
+    holder.set_config(copy.deepcopy(cfg))
+    try:
+        yield
+    finally:
+        holder.cfg = None
+
+
+# --- What every dashboard gets: the config, the metrics compared, the final status ------------
+
+# The run's status in MLflow's terms. A pruned run ended early by design, with metrics as good
+# as its steps: FINISHED, as Optuna's own MLflow callback records pruned trials.
+MLFLOW_STATUS = {
+    "completed": "FINISHED",
+    "pruned": "FINISHED",
+    "failed": "FAILED",
+    "interrupted": "KILLED",
+}
+
+
+def flat_params(cfg: DictConfig) -> dict[str, Any]:
+    """Each leaf of the resolved config under its dotted path (`optim.lr`, `model.d_model`); a
+    list is one leaf."""
+    flat: dict[str, Any] = {}
+
+    def visit(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                visit(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    visit(OmegaConf.to_container(cfg, resolve=True), "")
+    return flat
+
+
+def _compared_metrics(cfg: DictConfig, val_metrics: Iterable[str]) -> list[str]:
+    """The metrics a sweep's runs are compared by: val/loss, the objective's validation metrics
+    and the optimized metric."""
+    tags = ["val/loss", *(f"val/{name}" for name in val_metrics)]
+    if cfg.get("optimized_metric"):
+        tags.append(str(cfg.optimized_metric))
+    return list(dict.fromkeys(tags))
+
+
+def log_run_params(loggers: Sequence[Any], cfg: DictConfig, *, val_metrics: Iterable[str]) -> None:
+    """At the start of a run, so that one which fails still shows them: the flat config as
+    MLflow params, and TensorBoard's hparams session with the compared metrics declared (their
+    values are the run's own scalars under those tags, which the HParams tab reads).
+    `val_metrics`: the objective's validation metrics, logged as `val/NAME`."""
+    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank != 0:
+        return
+    params = flat_params(cfg)
+    for logger in loggers:
+        if isinstance(logger, MLFlowLogger):
+            _log_mlflow_params(logger, params)
+        elif isinstance(logger, TensorBoardLogger):
+            _write_hparams_start(logger, params, _compared_metrics(cfg, val_metrics))
+
+
+def finish_loggers(trainer: Any, status: str) -> None:
+    """Record the run's `status` (completed | pruned | failed | interrupted) and close each
+    logger, so the next job of a multirun starts its own run (wandb keeps one per process)."""
+    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+
+    finished = status in ("completed", "pruned")
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            if trainer.global_rank == 0:
+                logger.experiment.set_tag(logger.run_id, "xfmr.status", status)
+            logger.finalize(MLFLOW_STATUS[status])
+            continue
+        if isinstance(logger, TensorBoardLogger) and trainer.global_rank == 0:
+            _write_hparams_end(logger, finished)
+        logger.finalize("success" if finished else "failed")
+        if isinstance(logger, WandbLogger) and trainer.global_rank == 0:
+            import wandb
+
+            wandb.finish()
+
+
+def _log_mlflow_params(logger: Any, params: dict[str, Any]) -> None:
+    from mlflow.entities import Param
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+
+    # Lightning's own log_hyperparams would cut every value at 250 characters.
+    batch = [Param(key, str(value)[:MAX_PARAM_VAL_LENGTH]) for key, value in params.items()]
+    for start in range(0, len(batch), MAX_PARAMS_TAGS_PER_BATCH):
+        chunk = batch[start : start + MAX_PARAMS_TAGS_PER_BATCH]
+        logger.experiment.log_batch(logger.run_id, params=chunk)
+
+
+def _write_hparams_start(logger: Any, params: dict[str, Any], metric_tags: list[str]) -> None:
+    """The HParams plugin's experiment (hyperparameters and metrics declared) and session start
+    (this run's values), in the run's own event file."""
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2, summary_v2
+
+    types = {
+        bool: api_pb2.DATA_TYPE_BOOL,
+        int: api_pb2.DATA_TYPE_FLOAT64,
+        float: api_pb2.DATA_TYPE_FLOAT64,
+        str: api_pb2.DATA_TYPE_STRING,
+    }
+    values = {k: v if type(v) in types else str(v) for k, v in params.items()}  # None, lists
+    experiment = api_pb2.Experiment(
+        hparam_infos=[
+            api_pb2.HParamInfo(name=name, type=types[type(value)]) for name, value in values.items()
+        ],
+        metric_infos=[
+            api_pb2.MetricInfo(
+                name=api_pb2.MetricName(tag=tag),
+                dataset_type=api_pb2.DATASET_VALIDATION
+                if tag.startswith("val/")
+                else api_pb2.DATASET_UNKNOWN,
+            )
+            for tag in metric_tags
+        ],
+        time_created_secs=time.time(),
+    )
+    writer = logger.experiment._get_file_writer()  # how Lightning writes its own hparams
+    writer.add_summary(_hparams_summary(plugin_data_pb2.HParamsPluginData(experiment=experiment)))
+    writer.add_summary(summary_v2.hparams_pb(values))
+    writer.flush()
+
+
+def _write_hparams_end(logger: Any, finished: bool) -> None:
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    end = plugin_data_pb2.SessionEndInfo(
+        status=api_pb2.STATUS_SUCCESS if finished else api_pb2.STATUS_FAILURE,
+        end_time_secs=time.time(),
+    )
+    writer = logger.experiment._get_file_writer()
+    writer.add_summary(_hparams_summary(plugin_data_pb2.HParamsPluginData(session_end_info=end)))
+    writer.flush()
+
+
+def _hparams_summary(data: Any) -> Any:
+    """A summary holding HParams plugin data under the tag the plugin reads it from."""
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.plugins.hparams import metadata
+
+    tag = {
+        "experiment": metadata.EXPERIMENT_TAG,
+        "session_start_info": metadata.SESSION_START_INFO_TAG,
+        "session_end_info": metadata.SESSION_END_INFO_TAG,
+    }[data.WhichOneof("data")]
+    summary = summary_pb2.Summary()
+    summary.value.add(
+        tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR
+    )
+    return summary

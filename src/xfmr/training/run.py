@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -20,10 +21,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from xfmr.checks import model_config as model_config_for
-from xfmr.errors import UserError
+from xfmr.errors import RunFailed, UserError
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text_fingerprint
 from xfmr.training.callbacks import RunSummary, TextSample
+from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
+from xfmr.training.loggers import finish_loggers, log_run_params
 from xfmr.training.module import XfmrModule
 from xfmr.training.transfer import (
     freeze_backbone,
@@ -96,9 +99,13 @@ def train(
         if nprocs > 1
         else nullcontext()
     )
+    nonfinite = StopOnNonFiniteLoss()
+    pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
-        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary]
+        log_run_params(loggers, cfg, val_metrics=module.val_metrics)
+        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, nonfinite]
+        callbacks += [pruning] if pruning else []
         if not loggers:  # with logger=none there is nowhere to send learning rates
             callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
         for callback in callbacks:
@@ -110,22 +117,60 @@ def train(
             logger=loggers or False,
             default_root_dir=str(run_dir),
         )
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-        if not trainer.interrupted:
+        failure = None
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        except RunFailed as e:
+            failure = str(e)
+        status = run_status(trainer, failure, pruning)
+        if status in ("completed", "pruned"):
             if not summary.history or summary.history[-1]["step"] != trainer.global_step:
                 trainer.validate(module, datamodule=datamodule, verbose=False)
                 summary.on_validation_end(trainer, module)
             trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
-        finish_loggers(trainer)
+        finish_loggers(trainer, status)
     if is_worker or trainer.global_rank != 0:
         return None
     results = summarize(
         trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
     )
+    results.update(status=status, optimized_metric=cfg.get("optimized_metric"))
+    if failure:
+        results["reason"] = failure
     if transfer is not None:
         results["init_from"] = {"source": str(source.path), **transfer.summary()}
-    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    write_results(run_dir, results)
+    if failure:
+        raise RunFailed(failure)
     return results
+
+
+def run_status(trainer: L.Trainer, failure: str | None, pruning: TrialPruning | None) -> str:
+    if failure:
+        return "failed"
+    if trainer.interrupted:
+        return "interrupted"
+    if pruning is not None and pruning.pruned_at is not None:
+        return "pruned"
+    return "completed"
+
+
+def write_results(run_dir: Path, results: dict[str, Any]) -> None:
+    """Strict JSON (a metric that is not a number is null), written to a temporary name and
+    renamed, so a reader sees the old file or the new one, never half of one."""
+    temporary = run_dir / f".{RESULTS_FILE}.tmp"
+    temporary.write_text(json.dumps(_finite(results), indent=2, allow_nan=False) + "\n")
+    temporary.replace(run_dir / RESULTS_FILE)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _instantiate_all(section: DictConfig | None) -> list[Any]:
@@ -249,16 +294,6 @@ def resolve_checkpoint(
     return str(path)
 
 
-def finish_loggers(trainer: L.Trainer) -> None:
-    """Close each logger so the next job of a multirun starts its own run (wandb keeps one per process)."""
-    for logger in trainer.loggers:
-        logger.finalize("success" if not trainer.interrupted else "failed")
-        if type(logger).__name__ == "WandbLogger" and trainer.global_rank == 0:
-            import wandb
-
-            wandb.finish()
-
-
 def summarize(
     trainer: L.Trainer,
     summary: RunSummary,
@@ -280,6 +315,7 @@ def summarize(
         "tokens_per_step": summary.tokens_per_step,
         "tokens_per_s": round(summary.tokens_per_step / (ms / 1000.0), 1) if ms else None,
         "world_size": trainer.world_size,
+        "threads": torch.get_num_threads(),
         "n_parameters": sum(p.numel() for p in module.model.parameters()),
         "overrides": list(overrides),
         "resumed_from": resumed_from,

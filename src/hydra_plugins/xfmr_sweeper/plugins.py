@@ -1,0 +1,98 @@
+"""`hydra/sweeper=xfmr` and `hydra/launcher=xfmr`, xfmr's defaults (conf/hydra/default.yaml).
+
+The sweeper runs a grid over the command line's sweeps, or, with `sampler` set (the
+hparams_search group sets it), an Optuna search over `params`. The launcher runs each job in
+a child process, so a job that fails in any way is recorded and the sweep goes on.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+
+
+@dataclass
+class XfmrSweeperConf:
+    _target_: str = "hydra_plugins.xfmr_sweeper.plugins.XfmrSweeper"
+    # The search space, in Hydra's sweep syntax: {optim.lr: "tag(log, interval(1e-4, 1e-2))"}.
+    params: dict[str, str] | None = None
+    # null: a grid over the command line's sweeps. tpe | random | grid | cmaes | qmc: a search.
+    sampler: str | None = None
+    sampler_args: dict[str, Any] = field(default_factory=dict)
+    # median | percentile | hyperband | successive_halving | none; each validation reports.
+    pruner: str | None = "median"
+    pruner_args: dict[str, Any] = field(default_factory=dict)
+    direction: str = "minimize"  # of the config's optimized_metric
+    n_trials: int = 20
+    workers: int = 1  # jobs at a time; the machine's threads are divided between them
+    storage: str | None = None  # default: SWEEP_DIR/optuna.journal; or an Optuna storage URL
+    study_name: str | None = None  # default: the sweep directory's name
+    max_failure_rate: float = 0.0  # more failed jobs than this fraction: exit non-zero
+
+
+@dataclass
+class XfmrLauncherConf:
+    _target_: str = "hydra_plugins.xfmr_sweeper.plugins.XfmrLauncher"
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="xfmr", node=XfmrSweeperConf, provider="xfmr"
+)
+ConfigStore.instance().store(
+    group="hydra/launcher", name="xfmr", node=XfmrLauncherConf, provider="xfmr"
+)
+
+
+class XfmrSweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        self.settings = XfmrSweeperConf(**settings)
+        self.hydra_context: Any = None
+        self.config: Any = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: Any) -> Any:
+        from xfmr.cli.common import fail
+        from xfmr.errors import UserError
+        from xfmr.sweeps.sweep import run_sweep
+
+        try:
+            return run_sweep(
+                self.settings,
+                hydra_context=self.hydra_context,
+                config=self.config,
+                launcher=self.launcher,
+                arguments=arguments,
+            )
+        except UserError as e:
+            fail("xfmr-train", str(e))
+
+
+class XfmrLauncher(Launcher):
+    def __init__(self) -> None:
+        self.hydra_context: Any = None
+        self.task_function: Any = None
+        self.config: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+        self.config = config
+
+    def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:
+        from xfmr.sweeps.jobs import launch_job
+
+        return [
+            launch_job(self.hydra_context, self.task_function, self.config, list(o), num)
+            for num, o in enumerate(job_overrides, start=initial_job_idx)
+        ]

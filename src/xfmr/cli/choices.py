@@ -1,0 +1,60 @@
+"""Which configs a `GROUP=VALUE` argument names, judged from the config files before anything is
+composed, so that a typo is answered in one line listing the group's choices (Hydra's own message
+buries the list). Values are read with Hydra's override grammar: `a,b`, `choice(...)`,
+`range(...)`, `glob(...)` and `tag(...)` name the choices Hydra's basic sweeper would run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.types import Glob, Override, QuotedString
+
+
+def group_choices(group: str, config_dirs: Sequence[Path]) -> list[str]:
+    """The configs of `group` (GROUP/NAME.yaml) found in any of `config_dirs`, sorted."""
+    return sorted({path.stem for root in config_dirs for path in (root / group).glob("*.yaml")})
+
+
+def not_a_choice(group: str, value: str, choices: Sequence[str]) -> str:
+    return f"{group}={value!r} is not a choice of the `{group}` group; valid: {', '.join(choices)}"
+
+
+def choice_error(override: Override, choices: Sequence[str]) -> str | None:
+    """Why the group override `override` names a config its group lacks, or None if it does not.
+
+    Left to Hydra and the sweeper, which know the current choice and the sweeper's own rules:
+    `null`, a config in a subfolder (`experiment=mine/long`), deletions (`~group`) and
+    interval sweeps.
+    """
+    group = override.key_or_group
+    if override.is_delete() or override.is_interval_sweep():
+        return None
+    value = override.value()
+    if isinstance(value, Glob):  # Hydra's glob matches the group's own configs, as here
+        if value.filter(list(choices)):
+            return None
+        return (
+            f"{group}={override.get_value_string()} matches no choice of the `{group}` group; "
+            f"valid: {', '.join(choices)}"
+        )
+    values = override.sweep_iterator() if override.is_discrete_sweep() else [value]
+    for name in _names(values):
+        if name not in choices and "/" not in name:
+            return not_a_choice(group, name, choices)
+    return None
+
+
+def _names(values: Any) -> Iterator[str]:
+    """Config names among parsed values: a list selects several configs; null selects none; a
+    dict is no config name, and Hydra says so itself."""
+    for value in values:
+        if isinstance(value, list):
+            yield from _names(value)
+        elif isinstance(value, QuotedString):
+            yield value.text
+        elif isinstance(value, bool):
+            yield str(value).lower()
+        elif value is not None and not isinstance(value, dict):
+            yield str(value)

@@ -1,0 +1,79 @@
+"""Running a sweep's jobs through a Hydra launcher, `workers` at a time with no batch barrier:
+a worker takes the next job as soon as its own has ended.
+
+A grid runs every combination of the command line's sweeps; a search asks Optuna for each
+trial's values and tells it how the trial ended. Both record every job's outcome and go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from xfmr.errors import UserError
+from xfmr.sweeps.jobs import JobOutcome, job_output_dir, outcome_of, read_results
+
+log = logging.getLogger("xfmr")
+
+
+class JobRunner:
+    """Launches one job at a time per calling thread and reads how it ended."""
+
+    def __init__(self, launcher: Any, config_loader: Any, config: Any, metric: str) -> None:
+        self.launcher = launcher
+        self.config_loader = config_loader
+        self.config = config
+        self.metric = metric
+
+    def job_dir(self, num: int, overrides: list[str]) -> Path:
+        return job_output_dir(self.config_loader, self.config, overrides, num)
+
+    def run(self, num: int, overrides: list[str]) -> JobOutcome:
+        from hydra.core.utils import JobStatus
+
+        job_dir = self.job_dir(num, overrides)
+        log.info("job %d: %s", num, " ".join(overrides))
+        failure = None
+        try:
+            [ret] = self.launcher.launch([list(overrides)], initial_job_idx=num)
+            if ret.status == JobStatus.FAILED:
+                failure = _one_line(ret._return_value)
+        except Exception as e:  # a launcher that raises for its job (submitit): that job failed
+            failure = _one_line(e)
+        outcome = outcome_of(num, overrides, job_dir, self.metric, failure)
+        shown = f" ({outcome.reason})" if outcome.reason else ""
+        log.info("job %d %s%s", num, outcome.status, shown)
+        return outcome
+
+
+def _one_line(error: Any) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
+
+
+def run_grid(runner: JobRunner, jobs: list[list[str]], workers: int) -> list[JobOutcome]:
+    """Every job of the grid; a job whose run directory already ended (completed or pruned)
+    with the same overrides is not run again, so the same command resumes a killed sweep."""
+    outcomes: list[JobOutcome] = []
+    pending: list[tuple[int, list[str]]] = []
+    for num, overrides in enumerate(jobs):
+        job_dir = runner.job_dir(num, overrides)
+        results = read_results(job_dir)
+        if results is None:
+            pending.append((num, overrides))
+            continue
+        if list(results.get("overrides") or []) != list(overrides):
+            raise UserError(
+                f"hydra.sweep.dir: {job_dir} holds a job with other overrides "
+                f"({' '.join(results.get('overrides') or [])}); give a new hydra.sweep.dir"
+            )
+        if results.get("status") in ("completed", "pruned"):
+            log.info("job %d already %s: %s", num, results["status"], job_dir)
+            outcomes.append(outcome_of(num, overrides, job_dir, runner.metric, None))
+        else:
+            pending.append((num, overrides))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        outcomes += list(pool.map(lambda job: runner.run(*job), pending))
+    return outcomes

@@ -1,0 +1,147 @@
+"""One sweep from start to end: the jobs (a grid, or a search's trials), then `sweep.json` and
+the summary, and a non-zero exit when more jobs failed than the sweep allows."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from xfmr.errors import UserError
+from xfmr.sweeps.jobs import divide_threads
+from xfmr.sweeps.names import sweep_name
+from xfmr.sweeps.runner import JobRunner, run_grid
+from xfmr.sweeps.search import search_space, storage_spec
+from xfmr.sweeps.study import Search, SearchSettings
+from xfmr.sweeps.summary import failed_too_often, report, summarize, write_summary
+
+log = logging.getLogger("xfmr")
+
+
+def run_sweep(
+    sweeper: Any, *, hydra_context: Any, config: DictConfig, launcher: Any, arguments: list[str]
+) -> dict[str, Any]:
+    """`sweeper` holds the `hydra.sweeper` settings; `arguments` are the command line's overrides."""
+    sweep_dir = fix_sweep_dir(config)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    overrides = parse(hydra_context, [*_params(sweeper.params), *arguments])
+    metric = str(config.get("optimized_metric") or "val/loss")
+    direction = str(sweeper.direction)
+    if direction not in ("minimize", "maximize"):
+        raise UserError(f"hydra.sweeper.direction={direction!r}; valid: minimize, maximize")
+    _check_workers(launcher, sweeper.workers)
+    divide_threads(int(sweeper.workers))
+    prepare_loggers(config)
+    runner = JobRunner(launcher, hydra_context.config_loader, config, metric)
+    if sweeper.sampler:
+        outcomes, extra, kind = _search(sweeper, config, runner, overrides, sweep_dir)
+    else:
+        outcomes, extra, kind = _grid(sweeper, runner, overrides), {}, "grid"
+    summary = summarize(outcomes, kind=kind, metric=metric, direction=direction, extra=extra)
+    report(summary, write_summary(sweep_dir, summary))
+    if failed_too_often(summary, float(sweeper.max_failure_rate)):
+        log.error(
+            "sweep: %d of %d jobs failed (hydra.sweeper.max_failure_rate=%s)",
+            summary["counts"]["failed"] + summary["counts"]["interrupted"],
+            len(summary["jobs"]),
+            sweeper.max_failure_rate,
+        )
+        raise SystemExit(1)
+    return summary
+
+
+def fix_sweep_dir(config: DictConfig) -> Path:
+    """The sweep directory as an absolute path, fixed once: every job (each in a process of
+    its own, where `${now:...}` would give another time) and a resumed sweep see the same."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().set_config(config)  # the default dir goes through ${hydra:runtime.cwd}
+    sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+    with read_write(config.hydra.sweep), open_dict(config.hydra.sweep):
+        config.hydra.sweep.dir = str(sweep_dir)
+    return sweep_dir
+
+
+def _params(params: Any) -> list[str]:
+    return [f"{key}={value}" for key, value in (params or {}).items()]
+
+
+def parse(hydra_context: Any, overrides: list[str]) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create(config_loader=hydra_context.config_loader).parse_overrides(
+        overrides
+    )
+
+
+def _check_workers(launcher: Any, workers: Any) -> None:
+    if not isinstance(workers, int) or workers < 1:
+        raise UserError(f"hydra.sweeper.workers={workers!r}; give a whole number >= 1")
+    if workers > 1 and type(launcher).__name__ == "BasicLauncher":
+        raise UserError(
+            "hydra.sweeper.workers>1 needs jobs in processes of their own: use xfmr's "
+            "launcher (the default) or hydra/launcher=submitit_local|submitit_slurm"
+        )
+
+
+def prepare_loggers(config: DictConfig) -> None:
+    """A store that parallel jobs share is created once, here, before they start."""
+    if (config.get("logger") or {}).get("mlflow") is None:
+        return
+    from xfmr.training.loggers import prepare_mlflow_store
+
+    prepare_mlflow_store(config)
+
+
+def _grid(sweeper: Any, runner: JobRunner, overrides: list[Any]) -> list[Any]:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    for override in overrides:
+        if override.is_interval_sweep():
+            raise UserError(
+                f"{override.get_key_element()}: interval(...) needs a search, not a grid: add "
+                "hparams_search=NAME or hydra.sweeper.sampler=tpe"
+            )
+    [jobs] = BasicSweeper.split_arguments(overrides, None)
+    return run_grid(runner, jobs, int(sweeper.workers))
+
+
+def _search(
+    sweeper: Any, config: DictConfig, runner: JobRunner, overrides: list[Any], sweep_dir: Path
+) -> tuple[list[Any], dict[str, Any], str]:
+    params, fixed = search_space(overrides)
+    if not params:
+        raise UserError(
+            "a search needs a search space: set hydra.sweeper.params (hparams_search=NAME) "
+            "or sweep a key on the command line, e.g. 'optim.lr=tag(log, interval(1e-4, 1e-2))'"
+        )
+    if not isinstance(sweeper.n_trials, int) or sweeper.n_trials < 1:
+        raise UserError(f"hydra.sweeper.n_trials={sweeper.n_trials!r}; give a whole number >= 1")
+    settings = SearchSettings(
+        storage=storage_spec(sweeper.storage, sweep_dir),
+        study_name=sweep_name(config.hydra),
+        direction=str(sweeper.direction),
+        n_trials=int(sweeper.n_trials),
+        workers=int(sweeper.workers),
+        sampler=str(sweeper.sampler),
+        sampler_args=_plain(sweeper.sampler_args),
+        pruner=sweeper.pruner,
+        pruner_args=_plain(sweeper.pruner_args),
+    )
+    search = Search(runner, settings, params, fixed)
+    search.run()
+    extra = {"study_name": settings.study_name, "storage": settings.storage}
+    return search.outcomes(), extra, "search"
+
+
+def _plain(section: Any) -> dict[str, Any]:
+    if section is None:
+        return {}
+    return (
+        OmegaConf.to_container(section, resolve=True)
+        if OmegaConf.is_config(section)
+        else dict(section)
+    )
