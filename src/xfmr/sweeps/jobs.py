@@ -195,7 +195,7 @@ def _child_main(sender: Any, job: bytes) -> None:
             message = (False, f"{type(error).__name__}: {error}".splitlines()[0])
     except SystemExit as e:  # a config check's one-line message, or a person's sys.exit
         code = e.code if isinstance(e.code, int) else 1
-        reason = tail.last.removeprefix("xfmr-train: error: ")
+        reason = (tail.error or tail.last).removeprefix("xfmr-train: error: ")
         message = (False, reason or f"the job called sys.exit({e.code!r})")
     except BaseException as e:  # noqa: BLE001 - whatever it was, the parent records it
         traceback.print_exc()
@@ -209,17 +209,20 @@ def _child_main(sender: Any, job: bytes) -> None:
 
 
 class _LastLine:
-    """Passes writes through to stderr and keeps the last non-empty line: the one-line message
-    a job printed before it exited."""
+    """Passes writes through to stderr and keeps the last `xfmr-train: error:` line (the
+    message a job printed before it exited; a config error may add detail lines after it) and
+    the last non-empty line."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.last = ""
+        self.error = ""
 
     def write(self, text: str) -> int:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         if lines:
             self.last = lines[-1]
+            self.error = next((s for s in reversed(lines) if ": error: " in s), self.error)
         return self.stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
