@@ -89,6 +89,8 @@ def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
     except MisconfigurationException as e:
         raise UserError(f"trainer: {e}") from None
     except InstantiationException as e:
+        if isinstance(e.__cause__, UserError):  # a builder's own one-line message
+            raise e.__cause__ from None
         raise UserError(str(e).strip()) from None
 
 

@@ -10,6 +10,7 @@ the data is loaded, so config checks and `--help` never pay for it.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ class HFSource:
         val_fraction: the held-out share of `train_split` when `val_split` is None.
         cache_dir: where `datasets` keeps prepared data; None: its own (HF_DATASETS_CACHE).
         shuffle_held_out: draw the held-out rows at random (seeded) rather than the tail.
+        streaming: read rows as they are needed (`datasets.IterableDataset`s), never a whole
+            split in memory; then the first `val_rows` rows of `train_split` may validate.
+        val_rows: with `streaming`, how many rows at the head of `train_split` validate (the
+            rest train) when `val_split` is None.
     """
 
     path: str
@@ -57,13 +62,22 @@ class HFSource:
     val_fraction: float | None = None
     cache_dir: str | None = None
     shuffle_held_out: bool = False
+    streaming: bool = False
+    val_rows: int | None = None
     _splits: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _row_numbers: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.path:
             raise UserError(f"data.path is not set: {HF_PATH_CHOICES}")
-        if (self.val_split is None) == (self.val_fraction is None):
+        if self.streaming:
+            self._check_streamed_validation()
+        elif self.val_rows is not None:
+            raise UserError(
+                f"data.val_rows={self.val_rows} is for data.streaming=true; without streaming "
+                "hold out a share of the training split with data.val_fraction"
+            )
+        elif (self.val_split is None) == (self.val_fraction is None):
             raise UserError(
                 f"data.val_split={self.val_split!r} and data.val_fraction={self.val_fraction!r}: "
                 "give exactly one (a split name, or null and a fraction of the training split)"
@@ -73,6 +87,21 @@ class HFSource:
         if OmegaConf.is_config(self.data_files):  # datasets wants plain lists and dicts
             self.data_files = OmegaConf.to_container(self.data_files, resolve=True)
 
+    def _check_streamed_validation(self) -> None:
+        if self.val_fraction is not None:
+            raise UserError(
+                f"data.val_fraction={self.val_fraction} needs the whole split in memory; with "
+                "data.streaming=true give data.val_rows=N (the first N rows of data.train_split "
+                "validate) or data.val_split=NAME"
+            )
+        if (self.val_split is None) == (self.val_rows is None):
+            raise UserError(
+                f"data.val_split={self.val_split!r} and data.val_rows={self.val_rows!r}: with "
+                "data.streaming=true give exactly one (a split name, or null and a number of rows)"
+            )
+        if self.val_rows is not None and not (isinstance(self.val_rows, int) and self.val_rows > 0):
+            raise UserError(f"data.val_rows={self.val_rows!r} must be a positive number of rows")
+
     def describe(self, split: str) -> str:
         return f"{self.path}:{split}"
 
@@ -80,16 +109,24 @@ class HFSource:
         """How the training and validation rows are named in messages and bad-row reports."""
         if self.val_split is not None:
             return self.describe(self.train_split), self.describe(self.val_split)
+        if self.val_rows is not None:
+            return (
+                self.describe(f"{self.train_split} (after row {self.val_rows})"),
+                self.describe(f"{self.train_split} (first {self.val_rows} rows)"),
+            )
         held_out = f"{self.train_split} (held-out {self.val_fraction:.0%})"
         return self.describe(f"{self.train_split} (rest)"), self.describe(held_out)
 
     def splits(self) -> dict[str, Any]:
-        """{name from `split_names`: `datasets.Dataset`}, loaded once."""
+        """{name from `split_names`: `datasets.Dataset`, or with `streaming` an unshuffled
+        `datasets.IterableDataset`}, loaded once."""
         if self._splits is None:
             loaded = self._load()
             train = self._split(loaded, self.train_split, "train_split")
             if self.val_split is not None:
                 parts = (train, self._split(loaded, self.val_split, "val_split"))
+            elif self.val_rows is not None:  # streaming: the head validates, read afresh each time
+                parts = (train.skip(self.val_rows), train.take(self.val_rows))
             else:
                 orders = _hold_out(len(train), self.val_fraction, shuffle=self.shuffle_held_out)
                 parts = tuple(train.select(order) for order in orders)
@@ -116,6 +153,7 @@ class HFSource:
                 data_files=self.data_files,
                 revision=self.revision,
                 cache_dir=self.cache_dir,
+                streaming=self.streaming,
             )
         except (OSError, ValueError, datasets.exceptions.DatasetsError) as e:
             raise UserError(
@@ -125,7 +163,8 @@ class HFSource:
 
     def _split(self, loaded: Any, split: str, key: str) -> Any:
         if split not in loaded:
-            hint = "" if key == "train_split" else " (or data.val_split=null data.val_fraction=0.1)"
+            held_out = "data.val_rows=1000" if self.streaming else "data.val_fraction=0.1"
+            hint = "" if key == "train_split" else f" (or data.val_split=null {held_out})"
             raise UserError(
                 f"data.{key}={split!r} is not a split of data.path={self.path!r}; "
                 f"its splits: {list(loaded)}{hint}"
@@ -166,9 +205,10 @@ class BadCell(str):
 
 def class_names(dataset: Any, column: str | None) -> list[str] | None:
     """The names of a `ClassLabel` column (its integers index them), else None."""
-    if column is None:
+    features = getattr(dataset, "features", None)  # a streamed dataset's may be unknown
+    if column is None or features is None:
         return None
-    return getattr(dataset.features.get(column), "names", None)
+    return getattr(features.get(column), "names", None)
 
 
 def _as_text(value: Any, column: str, names: list[str] | None) -> str:
@@ -184,6 +224,23 @@ def _as_text(value: Any, column: str, names: list[str] | None) -> str:
     if not value.strip():
         return BadCell(f"{column!r} is empty")
     return value.strip()
+
+
+def row_cells(
+    values: Sequence[Any],
+    columns: Sequence[str],
+    names: Sequence[list[str] | None],
+    *,
+    label: int | None = None,
+    labels: list[str] | None = None,
+) -> list[str] | BadCell:
+    """A row's `values` (of `columns`, with their class names) as text, or why it is bad: a
+    missing or empty cell, or the value at `label` outside `labels`."""
+    cells = [_as_text(v, c, n) for v, c, n in zip(values, columns, names, strict=True)]
+    problem = next((c for c in cells if isinstance(c, BadCell)), None)
+    if problem is None and label is not None and cells[label] not in labels:
+        problem = BadCell(f"unknown label {cells[label]!r}; valid labels: {labels}")
+    return cells if problem is None else problem
 
 
 def text_rows(
@@ -205,14 +262,11 @@ def text_rows(
     rows: list[list[str]] = []
     bad_rows = BadRows()
     for index, row in enumerate(zip(*(dataset[column] for column in columns), strict=True)):
-        cells = [_as_text(v, c, n) for v, c, n in zip(row, columns, names, strict=True)]
-        problem = next((c for c in cells if isinstance(c, BadCell)), None)
-        if problem is None and label is not None and cells[label] not in labels:
-            problem = f"unknown label {cells[label]!r}; valid labels: {labels}"
-        if problem is None:
+        cells = row_cells(row, columns, names, label=label, labels=labels)
+        if not isinstance(cells, BadCell):
             rows.append(cells)
             continue
-        bad = BadRow(split, str(problem), key=f"row {source.row_number(split, index)}")
+        bad = BadRow(split, str(cells), key=f"row {source.row_number(split, index)}")
         if on_bad_row == "error":
             raise UserError(f"{bad} (set data.on_bad_row=skip to skip bad rows and report them)")
         bad_rows.rows.append(bad)
@@ -320,12 +374,17 @@ def hf_datamodule(
     batch_size: int = 32,
     num_workers: int = 0,
     on_bad_row: str = "error",
+    streaming: bool = False,
+    val_rows: int | None = None,
+    shuffle_buffer: int = 10_000,
 ) -> L.LightningDataModule:
     """The data module of `kind` (text | labelled | pairs) over a Hugging Face dataset.
 
     Only the fields of the chosen kind are read: text: `text_field`, `block_size`,
     `train_stride`; labelled: `text_field`, `label_field`, `text_pair_field`, `labels`; pairs:
-    `source_field`, `target_field`, `max_length`.
+    `source_field`, `target_field`, `max_length`. With `streaming`, rows are read as batches
+    need them (`HFStreamingDataModule`): validation is `val_split` or the first `val_rows`
+    rows, and training rows pass through a shuffle buffer of `shuffle_buffer` rows.
     """
     if kind not in KINDS:
         raise UserError(f"data.kind={kind!r} is not valid: use one of {list(KINDS)}")
@@ -341,8 +400,31 @@ def hf_datamodule(
         val_fraction=val_fraction,
         cache_dir=cache_dir,
         shuffle_held_out=kind != "text",  # text keeps its order: the tail validates
+        streaming=streaming,
+        val_rows=val_rows,
     )
     common = {"batch_size": batch_size, "num_workers": num_workers}
+    if streaming:
+        return _streaming_datamodule(
+            source,
+            kind=kind,
+            fields={
+                "text": {"text_field": text_field},
+                "labelled": {
+                    "text_field": text_field,
+                    "label_field": label_field,
+                    "text_pair_field": text_pair_field,
+                },
+                "pairs": {"source_field": source_field, "target_field": target_field},
+            }[kind],
+            labels=labels,
+            block_size=block_size,
+            train_stride=train_stride,
+            max_length=max_length,
+            shuffle_buffer=shuffle_buffer,
+            on_bad_row=on_bad_row,
+            **common,
+        )
     if kind == "text":
         return HFTextDataModule(
             source=source,
@@ -369,3 +451,17 @@ def hf_datamodule(
         on_bad_row=on_bad_row,
         **common,
     )
+
+
+def _streaming_datamodule(
+    source: HFSource, *, train_stride: int, **kwargs: Any
+) -> L.LightningDataModule:
+    if train_stride != 1:
+        raise UserError(
+            f"data.train_stride={train_stride} needs the whole text in memory; with "
+            "data.streaming=true training windows follow one another every data.block_size "
+            "tokens (leave data.train_stride=1)"
+        )
+    from xfmr.data.hf_stream import HFStreamingDataModule  # it imports this module
+
+    return HFStreamingDataModule(source=source, **kwargs)

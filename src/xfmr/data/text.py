@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.base import make_loader
 from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
+from xfmr.text.sample import head
+from xfmr.text.token_cache import MappedIds, count_chars, encode_text, open_or_build, text_pieces
 from xfmr.text.tokenizers import TextTokenizer
 
 
 class BlockDataset(Dataset):
-    """Windows of `length` tokens starting every `stride` tokens of one long token stream."""
+    """Windows of `length` tokens starting every `stride` tokens of one long token stream: a
+    tensor, or ids memory-mapped from the token cache (only a window is read and made int64)."""
 
-    def __init__(self, ids: torch.Tensor, *, length: int, stride: int) -> None:
+    def __init__(self, ids: torch.Tensor | MappedIds, *, length: int, stride: int) -> None:
         self.ids = ids
         self.length = length
         self.stride = stride
@@ -30,7 +34,10 @@ class BlockDataset(Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         start = index * self.stride
-        return self.ids[start : start + self.length]
+        window = self.ids[start : start + self.length]
+        if isinstance(window, np.ndarray):
+            return torch.from_numpy(window.astype(np.int64))
+        return window
 
 
 class TextCorpusDataModule(L.LightningDataModule):
@@ -45,6 +52,10 @@ class TextCorpusDataModule(L.LightningDataModule):
         train_stride: distance between training windows; 1 takes every offset, as nanoGPT's
             random sampling does; validation windows never overlap.
         num_workers: DataLoader workers.
+        cache: encode the files once per tokenizer into `cache_dir` and memory-map the ids
+            (xfmr.text.token_cache); false encodes them in memory in every run. Text that
+            does not come from `path` (generated, downloaded) is always encoded in memory.
+        cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
     """
 
     def __init__(
@@ -56,6 +67,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         batch_size: int = 12,
         train_stride: int = 1,
         num_workers: int = 0,
+        cache: bool = False,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
@@ -73,9 +86,16 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.train_stride = train_stride
         self.num_workers = num_workers
+        if cache and not cache_dir:
+            raise UserError(
+                "data.cache_dir is not set: give a directory for the token cache, "
+                "or set data.cache=false"
+            )
+        self.cache = bool(cache)
+        self.cache_dir = cache_dir
         self._split: tuple[str, str] | None = None
-        self.train_ids: torch.Tensor | None = None
-        self.val_ids: torch.Tensor | None = None
+        self.train_ids: torch.Tensor | MappedIds | None = None
+        self.val_ids: torch.Tensor | MappedIds | None = None
         self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
 
     # -- text ------------------------------------------------------------------------------
@@ -99,14 +119,42 @@ class TextCorpusDataModule(L.LightningDataModule):
             self._split = (text[:cut], text[cut:])
         return self._split
 
+    def training_text_sample(self, max_bytes: int) -> Iterator[str]:
+        """The head of the training split (as `split_text` cuts it), at most `max_bytes` of
+        UTF-8, read a block at a time: what the tokenizer trains on."""
+        if self.path is None:  # text made in code or read from elsewhere (synthetic, data=hf)
+            return head([self.split_text()[0]], max_bytes)
+        files = self.files()
+        train_chars = int(count_chars(files) * (1.0 - self.val_fraction))
+        return head(text_pieces(files, 0, train_chars), max_bytes)
+
+    def cached_files(self) -> list[Path] | None:
+        """The files the token cache encodes; None when the ids are made in memory."""
+        return self.files() if self.cache and self.path is not None else None
+
     # -- tokens ----------------------------------------------------------------------------
     def attach(
         self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]]
     ) -> None:
-        """Encode both splits with `tokenizer`; batches are made by the objective's `collate_fn`."""
-        train, val = self.split_text()
-        self.train_ids = torch.tensor(tokenizer.encode(train), dtype=torch.long)
-        self.val_ids = torch.tensor(tokenizer.encode(val), dtype=torch.long)
+        """Encode both splits with `tokenizer` (or memory-map them from the token cache);
+        batches are made by the objective's `collate_fn`."""
+        files = self.cached_files()
+        if files is None:
+            train, val = self.split_text()
+            self.train_ids = torch.from_numpy(encode_text(tokenizer, train))
+            self.val_ids = torch.from_numpy(encode_text(tokenizer, val))
+        else:
+            cache = open_or_build(
+                files,
+                tokenizer,
+                layout="text",
+                val_fraction=self.val_fraction,
+                cache_dir=self.cache_dir,
+            )
+            split = cache.index["train_tokens"]
+            self.train_ids = cache.ids(0, split)
+            self.val_ids = cache.ids(split, cache.index["tokens"])
+            self._split = None  # the tokenizer's training text, if it was read, is not needed
         self.collate_fn = collate_fn
         need = self.block_size + 1
         for name, ids in (("training", self.train_ids), ("validation", self.val_ids)):

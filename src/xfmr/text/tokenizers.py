@@ -32,6 +32,8 @@ _KIND_DEFAULTS: dict[str, tuple[tuple[str, ...], str | None]] = {
 # Fields added after the first release: left out of the digest while at their default, so the
 # cache keys of existing char/byte_bpe tokenizers stay the same (any change still changes it).
 _LATER_FIELDS = {"lowercase": True, "path": None}
+# How much text to train on: the fingerprint of the text actually read stands for it.
+_SAMPLE_FIELDS = {"train_sample_mb"}
 METASPACE = "\u2581"  # SentencePiece's "▁" word-boundary marker
 BYTE_LEVEL_SPACE = "\u0120"  # GPT-2's byte-level "Ġ": a space, so a word start
 # Kinds whose pieces mark words (WordPiece "##" continuations, "▁" or "Ġ" word starts), as
@@ -53,7 +55,8 @@ class TokenizerSpec:
     - `pretrained`: an existing tokenizer.json at `path`; nothing is trained.
 
     Special tokens get the first ids, in the order listed. `vocab_size` is a ceiling and is
-    required for bpe, byte_bpe, wordpiece and unigram.
+    required for bpe, byte_bpe, wordpiece and unigram. `train_sample_mb` bounds the text trained
+    on: the head of the training split (see `xfmr.text.sample`).
     """
 
     kind: str = "char"
@@ -62,6 +65,8 @@ class TokenizerSpec:
     unk_token: str | None = DEFAULT
     lowercase: bool = True  # wordpiece only
     path: str | None = None  # pretrained only
+    # Megabytes (10^6 bytes) of the training split's head the tokenizer trains on.
+    train_sample_mb: float = 256.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -80,6 +85,11 @@ class TokenizerSpec:
             )
         if self.vocab_size is not None and self.vocab_size <= 0:
             raise ValueError(f"tokenizer.vocab_size={self.vocab_size} must be positive")
+        if not self.train_sample_mb > 0:
+            raise ValueError(
+                f"tokenizer.train_sample_mb={self.train_sample_mb} must be a positive number of "
+                "megabytes (e.g. 256)"
+            )
         if self.kind in ("wordpiece", "unigram") and self.unk_token is None:
             raise ValueError(f"tokenizer.unk_token must be set for kind={self.kind}")
         if self.kind == "pretrained":
@@ -106,7 +116,9 @@ class TokenizerSpec:
 
     def digest(self) -> str:
         settings = {
-            k: v for k, v in asdict(self).items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]
+            k: v
+            for k, v in asdict(self).items()
+            if (k not in _LATER_FIELDS or v != _LATER_FIELDS[k]) and k not in _SAMPLE_FIELDS
         }
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
