@@ -42,6 +42,7 @@ def check_config(cfg: DictConfig) -> None:
     check_tokenizer(cfg)
     check_masking(cfg)
     check_data(cfg)
+    check_precision(cfg)
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -206,6 +207,30 @@ def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
                 f"set pos.max_positions>={length}, lower {key}, or use a scheme without a limit "
                 f"(pos=sinusoidal or pos=none)"
             )
+
+
+FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
+
+
+def check_precision(cfg: DictConfig) -> None:
+    """No float16 on a CPU: its matmuls run in software there, some hundred times slower than
+    float32, where bfloat16 has fast kernels and float32's range."""
+    precision = str(cfg.trainer.get("precision"))
+    if precision in FLOAT16_PRECISIONS and _runs_on_cpu(str(cfg.trainer.get("accelerator"))):
+        raise UserError(
+            f"trainer.precision={precision} on a CPU: float16 matmuls run about 100x slower than "
+            "float32 there; use trainer.precision=bf16-mixed (or 32-true)"
+        )
+
+
+def _runs_on_cpu(accelerator: str) -> bool:
+    if accelerator == "cpu":
+        return True
+    if accelerator != "auto":
+        return False
+    import torch  # only for a float16 run on the auto accelerator: is there a GPU?
+
+    return not (torch.cuda.is_available() or torch.backends.mps.is_available())
 
 
 def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:

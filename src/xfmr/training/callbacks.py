@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
+
+from xfmr.training.throughput import TrainingFlops, measured_peak_flops, mfu, precision_dtype
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -16,20 +19,38 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class RunSummary(L.Callback):
-    """Times training steps (validation excluded), shows tokens/s, and tracks the best validation.
+    """Times training steps (validation excluded), shows tokens/s and model FLOPs utilisation
+    (mfu), and tracks the best validation.
 
     A step's time is the interval between the ends of two consecutive training batches, so it
     includes data loading, forward, backward, optimizer and logging; intervals that contain a
     validation loop are dropped.
+
+    Args:
+        monitor, mode: the validation metric that decides the best entry, and its direction.
+        peak_flops: one device's peak FLOP/s, the denominator of mfu; None measures it
+            (`measured_peak_flops`) for the run's device and precision when training starts.
+        cache_dir: where measured peaks are kept; None measures every run.
     """
 
-    def __init__(self, monitor: str = "val/loss", mode: str = "min") -> None:
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        mode: str = "min",
+        *,
+        peak_flops: float | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> None:
         self.monitor = monitor
         self.mode = mode
+        self.peak_flops = peak_flops
+        self.cache_dir = cache_dir
         self.step_ms: list[float] = []
         self.tokens_per_step = 0
+        self.flops_per_token: float | None = None
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
+        self._flops: TrainingFlops | None = None
         self._last_end: float | None = None
 
     def on_train_batch_end(
@@ -37,24 +58,35 @@ class RunSummary(L.Callback):
     ) -> None:
         now = time.perf_counter()
         self.tokens_per_step = int(batch["input_ids"].numel()) * trainer.world_size
+        if self._flops is not None:
+            self.flops_per_token = self._flops.per_batch_token(batch)
         if self._last_end is not None:
             elapsed = (now - self._last_end) * 1000.0
             self.step_ms.append(elapsed)
-            pl_module.log(
-                "tok/s",
-                self.tokens_per_step / (elapsed / 1000.0),
-                prog_bar=True,
-                on_step=True,
-                on_epoch=False,
-                rank_zero_only=True,
+            tokens_per_s = self.tokens_per_step / (elapsed / 1000.0)
+            shown = {"tok/s": tokens_per_s}
+            utilisation = self.mfu(tokens_per_s, trainer.world_size)
+            if utilisation is not None:
+                shown["mfu"] = utilisation
+            pl_module.log_dict(
+                shown, prog_bar=True, on_step=True, on_epoch=False, rank_zero_only=True
             )
         self._last_end = now
+
+    def mfu(self, tokens_per_s: float | None, world_size: int) -> float | None:
+        """Model FLOPs utilisation at `tokens_per_s` over all `world_size` devices."""
+        return mfu(tokens_per_s, self.flops_per_token, self.peak_flops, world_size=world_size)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_end = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_end = None
+        self._flops = TrainingFlops.of(pl_module.model)
+        dtype = precision_dtype(trainer.precision)
+        # Rank 0 alone reports mfu; other ranks measuring at once would share the device.
+        if self.peak_flops is None and dtype is not None and trainer.global_rank == 0:
+            self.peak_flops = measured_peak_flops(pl_module.device, dtype, cache_dir=self.cache_dir)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

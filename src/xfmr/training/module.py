@@ -7,6 +7,8 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.text import Perplexity
@@ -23,6 +25,9 @@ class XfmrModule(L.LightningModule):
     optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
     scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
     backbone_lr_scale: the backbone's lr as a fraction of the optimizer's (fine-tuning).
+    compile: run the training step's model and loss through `torch.compile`. Only training is
+        compiled: validation (eval mode, no grad) and generation would each compile again for
+        their own graphs and shapes, for steps that are few. The state dict is unchanged.
     """
 
     def __init__(
@@ -33,6 +38,7 @@ class XfmrModule(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         backbone_lr_scale: float = 1.0,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
@@ -40,6 +46,7 @@ class XfmrModule(L.LightningModule):
         build = getattr(objective, "build_model", build_model)
         self.model: nn.Module = build(ModelConfig.from_dict(model_config))
         self.objective = objective
+        self.training_loss = torch.compile(objective.forward) if compile else objective.forward
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.backbone_lr_scale = backbone_lr_scale
@@ -53,7 +60,7 @@ class XfmrModule(L.LightningModule):
         return self.model(*args, **kwargs)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _ = self.objective.forward(self.model, batch)
+        loss, _ = self.training_loss(self.model, batch)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
@@ -69,9 +76,32 @@ class XfmrModule(L.LightningModule):
         for name, metric in self.val_metrics.items():
             self.log(f"val/{name}", metric)
 
-    def _mixed_precision_clipping(self) -> bool:
-        trainer = self.trainer
-        return "mixed" in str(trainer.precision) and bool(trainer.gradient_clip_val)
+    def _loss_scaled(self) -> bool:
+        """fp16 mixed precision scales the loss (a GradScaler); bf16 has float32's range and
+        does not."""
+        return getattr(self.trainer.precision_plugin, "scaler", None) is not None
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        plugin = self.trainer.precision_plugin
+        if not isinstance(plugin, MixedPrecision) or plugin.scaler is not None:
+            super().configure_gradient_clipping(
+                optimizer, gradient_clip_val, gradient_clip_algorithm
+            )
+            return
+        # bf16-mixed: no loss scale, so nothing to unscale and a fused optimizer's gradients are
+        # clipped as in full precision. Lightning's mixed-precision plugin refuses any fused
+        # optimizer, whatever the dtype; its base class clips without that check.
+        Precision.clip_gradients(
+            plugin,
+            optimizer,
+            gradient_clip_val or 0.0,
+            GradClipAlgorithmType(gradient_clip_algorithm or "norm"),
+        )
 
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
@@ -84,8 +114,8 @@ class XfmrModule(L.LightningModule):
             else None,
         )
         extra = {}
-        if defaults.get("fused") and self._mixed_precision_clipping():
-            # Lightning cannot clip gradients that a fused optimizer unscales internally.
+        if defaults.get("fused") and self._loss_scaled() and self.trainer.gradient_clip_val:
+            # Lightning cannot clip gradients that a fused optimizer unscales internally (fp16).
             extra["fused"] = False
         optimizer = self.optimizer_factory(groups, **extra)
         if self.scheduler_factory is None:

@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from xfmr.checks import model_config as model_config_for
 from xfmr.errors import RunFailed, UserError
-from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load, text_fingerprint
+from xfmr.text.sample import BYTES_PER_MB, survey, training_text
+from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
@@ -86,13 +87,18 @@ def train(
         optimizer=instantiate(cfg.optim),
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
+        compile=bool(cfg.compile),
     )
     transfer = None
     if source and not ckpt_path:  # a resumed run already holds the transferred weights
         transfer = initialise_from(module.model, source)
     if cfg.get("finetune", {}).get("freeze_backbone"):
         freeze_backbone(module.model)
-    summary = RunSummary()
+    peak_tflops = cfg.throughput.peak_tflops
+    summary = RunSummary(
+        peak_flops=None if peak_tflops is None else float(peak_tflops) * 1e12,
+        cache_dir=cfg.paths.cache_dir,
+    )
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
     launcher = (
         LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp")
@@ -213,7 +219,11 @@ def prepare_tokenizer(
     pretrained: Path | None = None,
 ) -> TextTokenizer:
     """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
-    cached one for the same training text and settings, and copy it into the run directory."""
+    cached one for the same training text and settings, and copy it into the run directory.
+
+    The training text is the head of the training split, at most `tokenizer.train_sample_mb`,
+    read a chunk at a time (`xfmr.text.sample`); the cache key is that text's fingerprint, since
+    it and the settings alone decide the tokenizer."""
     own = run_dir / "tokenizer.json"
     if own.is_file():
         return TextTokenizer.load(own)
@@ -236,11 +246,14 @@ def prepare_tokenizer(
     listed = list(settings.get("special_tokens") or [])
     settings["special_tokens"] = listed + [t for t in special_tokens if t not in listed]
     spec = TokenizerSpec(**settings)
-    train_text, _ = datamodule.split_text()
+    max_bytes = round(spec.train_sample_mb * BYTES_PER_MB)
+    sample = survey(datamodule, max_bytes) if spec.kind != "pretrained" else None
+    if sample is not None and not sample.whole:
+        _warn_partial_sample(spec, sample.n_bytes)
     tokenizer, cached = fit_or_load(
         spec,
-        iter([train_text]),
-        data_fingerprint=text_fingerprint([train_text]),
+        training_text(datamodule, max_bytes),  # read only if no cached tokenizer matches
+        data_fingerprint=sample.fingerprint if sample else "",
         cache_dir=cfg.paths.cache_dir,
     )
     log.info(
@@ -251,6 +264,17 @@ def prepare_tokenizer(
     )
     tokenizer.save(own)
     return tokenizer
+
+
+def _warn_partial_sample(spec: TokenizerSpec, n_bytes: int) -> None:
+    unk = f"; characters seen only after it become {spec.unk_token}" if spec.kind == "char" else ""
+    log.warning(
+        "tokenizer: trained on the first %.3g MB of the training split "
+        "(tokenizer.train_sample_mb=%s)%s",
+        n_bytes / BYTES_PER_MB,
+        spec.train_sample_mb,
+        unk,
+    )
 
 
 def resolve_checkpoint(
@@ -305,6 +329,8 @@ def summarize(
 ) -> dict[str, Any]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     ms = summary.ms_per_step
+    tokens_per_s = summary.tokens_per_step / (ms / 1000.0) if ms else None
+    mfu = summary.mfu(tokens_per_s, trainer.world_size)
     return {
         "status": "interrupted" if trainer.interrupted else "completed",
         "metrics": dict(sorted(metrics.items())),
@@ -313,7 +339,12 @@ def summarize(
         "wall_time_s": round(time.time() - started, 3),
         "ms_per_step": round(ms, 3) if ms else None,
         "tokens_per_step": summary.tokens_per_step,
-        "tokens_per_s": round(summary.tokens_per_step / (ms / 1000.0), 1) if ms else None,
+        "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
+        # Model FLOPs utilisation: tokens_per_s * flops_per_token / (peak_flops * world_size),
+        # null for an architecture without a FLOPs estimate (rnn); see xfmr.training.throughput.
+        "flops_per_token": round(summary.flops_per_token) if summary.flops_per_token else None,
+        "peak_flops": round(summary.peak_flops) if summary.peak_flops else None,
+        "mfu": round(mfu, 5) if mfu is not None else None,
         "world_size": trainer.world_size,
         "threads": torch.get_num_threads(),
         "n_parameters": sum(p.numel() for p in module.model.parameters()),

@@ -1,0 +1,365 @@
+"""Training throughput of a GPT through xfmr-train beside nanoGPT's own train.py, same shape.
+
+    python benchmarks/gpt_throughput.py --nanogpt ../shared/third_party/nanoGPT \\
+        --data ../shared/data/tinyshakespeare/input.txt --steps 60
+
+Default shape: d_model 512, 8 layers, 8 heads, block 256, batch 8, no bias, no dropout, on
+tiny Shakespeare's characters. nanoGPT is copied to a temporary directory, its shakespeare_char
+data prepared there from --data (as its README says, offline), and its train.py run with
+overrides on the command line. xfmr runs `xfmr-train experiment=nanogpt_shakespeare_char` with
+the same shape and schedule, in fp32 and bf16-mixed (and compiled with --compile).
+
+ms/step is the median over steps 6..N (the first five settle allocators and caches). MFU is
+computed the same way for both: tokens/step x FLOPs per token (nanoGPT's 6N + 12*L*H*Q*T,
+`xfmr.training.throughput`) / (ms/step) / the peak matmul FLOP/s of this machine in the run's
+precision (measured once and cached, or --peak-tflops-fp32/--peak-tflops-bf16). nanoGPT's
+train.py autocasts only on CUDA (`ctx = nullcontext()` on CPU): on a CPU it runs fp32 whatever
+its --dtype, so it has no bf16 row here. Loss is the mean training loss of the last 10 steps.
+
+--profile runs a few bf16-mixed steps of the same GPT through xfmr's training under
+torch.profiler and prints where the time goes (attention, matmuls, norms, softmax, optimizer,
+data, ...) and the top operators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+
+SETTLE_STEPS = 5  # steps 1..5 are left out of the median, as nanoGPT leaves them out of its mfu
+LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
+NANOGPT_LINE = re.compile(r"iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
+
+
+@dataclass
+class Shape:
+    d_model: int = 512
+    n_layers: int = 8
+    n_heads: int = 8
+    block_size: int = 256
+    batch_size: int = 8
+    lr: float = 1e-3
+    warmup_steps: int = 10
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.block_size * self.batch_size
+
+
+@dataclass
+class Row:
+    run: str
+    precision: str
+    step_ms: list[float]  # steps 6..N
+    losses: list[float]  # every step's training loss
+
+    @property
+    def ms_per_step(self) -> float:
+        return statistics.median(self.step_ms)
+
+    @property
+    def loss(self) -> float:
+        return statistics.fmean(self.losses[-LOSS_STEPS:])
+
+
+def xfmr_overrides(shape: Shape, data: Path, steps: int) -> list[str]:
+    return [
+        "experiment=nanogpt_shakespeare_char",
+        f"data.path={data}",
+        f"model.d_model={shape.d_model}",
+        f"model.n_layers={shape.n_layers}",
+        f"model.n_heads={shape.n_heads}",
+        f"data.block_size={shape.block_size}",
+        f"data.batch_size={shape.batch_size}",
+        f"optim.lr={shape.lr}",
+        f"schedule.warmup_steps={shape.warmup_steps}",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.limit_val_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_model_summary=false",
+        "callbacks.progress_bar=null",
+        "callbacks.text_sample=null",
+        "callbacks.model_checkpoint=null",
+        "logger=csv",
+        "print_config=false",
+    ]
+
+
+def run_xfmr(
+    shape: Shape, data: Path, out: Path, steps: int, precision: str, *, compile: bool
+) -> Row:
+    name = f"xfmr-{precision}{'-compiled' if compile else ''}"
+    run_dir = out / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "xfmr.cli.train",
+        *xfmr_overrides(shape, data, steps),
+        f"trainer.precision={precision}",
+        f"compile={str(compile).lower()}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "XFMR_CACHE_DIR": str(out / "cache")}
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    per_step: dict[int, dict[str, float]] = {}
+    for row in rows:  # one row per logged step; validation rows carry no train/loss
+        values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+        per_step.setdefault(int(values["step"]), {}).update(values)
+    ordered = [per_step[s] for s in sorted(per_step)]
+    step_ms = [
+        shape.tokens_per_step / values["tok/s"] * 1000.0
+        for index, values in enumerate(ordered, start=1)
+        if "tok/s" in values and index > SETTLE_STEPS
+    ]
+    losses = [values["train/loss"] for values in ordered if "train/loss" in values]
+    label = "compiled" if compile else "eager"
+    return Row(f"xfmr-train ({label})", precision, step_ms, losses)
+
+
+def prepare_nanogpt(nanogpt: Path, data: Path, work: Path) -> Path:
+    """A copy of nanoGPT with shakespeare_char prepared from `data` (no download)."""
+    copy = work / "nanoGPT"
+    if not copy.is_dir():
+        shutil.copytree(nanogpt, copy, ignore=shutil.ignore_patterns("out*", "*.bin", ".git"))
+    prepared = copy / "data" / "shakespeare_char"
+    if not (prepared / "train.bin").is_file():
+        shutil.copyfile(data, prepared / "input.txt")
+        subprocess.run(
+            [sys.executable, "data/shakespeare_char/prepare.py"],
+            cwd=copy,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return copy
+
+
+def nanogpt_args(shape: Shape, steps: int, out_dir: Path, *, seed_eval: int) -> list[str]:
+    """train.py's command line for `shape` on CPU, fp32, evaluating every `seed_eval` steps."""
+    return [
+        "config/train_shakespeare_char.py",
+        "--device=cpu",
+        "--compile=False",
+        "--dtype=float32",
+        f"--n_layer={shape.n_layers}",
+        f"--n_head={shape.n_heads}",
+        f"--n_embd={shape.d_model}",
+        f"--block_size={shape.block_size}",
+        f"--batch_size={shape.batch_size}",
+        f"--max_iters={steps}",
+        f"--lr_decay_iters={steps}",
+        f"--learning_rate={shape.lr}",
+        f"--min_lr={shape.lr / 10}",
+        f"--warmup_iters={shape.warmup_steps}",
+        f"--eval_interval={seed_eval}",
+        "--eval_iters=1",
+        "--log_interval=1",
+        "--bias=False",
+        "--dropout=0.0",
+        f"--out_dir={out_dir}",
+    ]
+
+
+def run_nanogpt(copy: Path, shape: Shape, steps: int) -> Row:
+    # max_iters=N-1: train.py runs iterations 0..max_iters, N steps in all.
+    args = nanogpt_args(shape, steps - 1, copy / "out-throughput", seed_eval=100 * steps)
+    result = subprocess.run(
+        [sys.executable, "train.py", *args], cwd=copy, check=True, capture_output=True, text=True
+    )
+    parsed = [(int(m[1]), float(m[2]), float(m[3])) for m in NANOGPT_LINE.finditer(result.stdout)]
+    step_ms = [ms for iteration, _, ms in parsed if iteration >= SETTLE_STEPS]
+    return Row("nanoGPT train.py", "32-true", step_ms, [loss for _, loss, _ in parsed])
+
+
+def peak_flops(precision: str, out: Path, given_tflops: float | None) -> float:
+    from xfmr.training.throughput import measured_peak_flops, precision_dtype
+
+    if given_tflops is not None:
+        return given_tflops * 1e12
+    dtype = precision_dtype(precision)
+    return measured_peak_flops(torch.device("cpu"), dtype, cache_dir=out / "cache")
+
+
+def flops_per_token(shape: Shape, vocab_size: int) -> float:
+    from xfmr.nn import ModelConfig, build_model
+    from xfmr.training.throughput import TrainingFlops
+
+    config = ModelConfig(
+        vocab_size=vocab_size,
+        n_layers=shape.n_layers,
+        n_heads=shape.n_heads,
+        d_model=shape.d_model,
+        bias=False,
+        pos={"name": "learned", "max_positions": shape.block_size},
+    )
+    return TrainingFlops.of(build_model(config)).per_token(shape.block_size)
+
+
+def print_table(rows: list[Row], shape: Shape, fpt: float, peaks: dict[str, float]) -> None:
+    reference = next((r for r in rows if r.run.startswith("nanoGPT")), rows[0])
+    print(
+        f"\nGPT d_model {shape.d_model}, {shape.n_layers} layers, {shape.n_heads} heads, block "
+        f"{shape.block_size}, batch {shape.batch_size}: {fpt / 1e6:.1f} MFLOPs per token"
+    )
+    print(", ".join(f"peak {p}: {v / 1e9:.0f} GFLOP/s" for p, v in peaks.items()))
+    print(
+        "\n| run | precision | ms/step | tokens/s | loss (last 10) | MFU | ms/step vs "
+        f"{reference.run} |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        tokens_per_s = shape.tokens_per_step / (row.ms_per_step / 1000.0)
+        mfu = tokens_per_s * fpt / peaks[row.precision]
+        print(
+            f"| {row.run} | {row.precision} | {row.ms_per_step:.1f} | {tokens_per_s:.0f} | "
+            f"{row.loss:.3f} | {mfu:.1%} | {row.ms_per_step / reference.ms_per_step:.2f}x |"
+        )
+    print(
+        "| nanoGPT train.py | bf16 | - | - | - | - | not on CPU: train.py autocasts only on CUDA |"
+    )
+
+
+def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
+    """A few bf16-mixed training steps of the same GPT under torch.profiler, through xfmr's
+    own `train(cfg)` (Lightning, data loading, optimizer and all)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from xfmr.paths import config_dir
+    from xfmr.training.run import train
+
+    run_dir = out / "xfmr-profile"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    overrides = [
+        *xfmr_overrides(shape, data, SETTLE_STEPS + steps + 2),
+        "trainer.precision=bf16-mixed",
+        "logger=none",
+        f"paths.root_dir={out}",
+        f"paths.output_dir={run_dir}",
+        f"paths.cache_dir={out / 'cache'}",
+        "+callbacks.profile._target_=__main__.ProfileSteps",
+        f"+callbacks.profile.skip={SETTLE_STEPS}",
+        f"+callbacks.profile.steps={steps}",
+    ]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    train(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+
+
+class ProfileSteps(L.Callback):
+    """Profiles `steps` training steps after `skip` (and one warm-up step), data loading
+    included: the profiler steps at each batch end. Prints the breakdown when training ends."""
+
+    def __init__(self, *, skip: int, steps: int) -> None:
+        self.steps = steps
+        self.profiler = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=torch.profiler.schedule(wait=skip, warmup=1, active=steps, repeat=1),
+        )
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.profiler.start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.profiler.step()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.profiler.stop()
+        print_profile(self.profiler, self.steps)
+
+
+# Operator name fragments -> where a step's time goes; the first match wins.
+PROFILE_GROUPS = (
+    ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "_efficient_attention")),
+    ("optimizer", ("adam", "optimizer.step", "_foreach_", "clip_grad", "norm_backward")),
+    ("data", ("dataloader", "collate", "stack", "pin_memory")),
+    ("matmul", ("mm", "linear", "matmul")),
+    ("norms", ("layer_norm", "rms_norm")),
+    ("softmax / loss", ("softmax", "cross_entropy", "nll_loss")),
+    ("activation", ("gelu", "silu", "relu")),
+    ("embedding", ("embedding",)),
+    ("casts / copies", ("copy_", "to_copy", "_to", "contiguous", "clone")),
+)
+
+
+def print_profile(profiler, steps: int) -> None:
+    averages = profiler.key_averages()
+    total = sum(event.self_cpu_time_total for event in averages)
+    groups: dict[str, float] = {}
+    for event in averages:
+        name = event.key.lower()
+        group = next((g for g, parts in PROFILE_GROUPS if any(p in name for p in parts)), "other")
+        groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total
+    print(f"\nbf16-mixed step, {steps} steps profiled: {total / steps / 1000:.1f} ms/step of ops")
+    print("\n| where | ms/step | share |\n|---|---:|---:|")
+    for group, micros in sorted(groups.items(), key=lambda item: -item[1]):
+        print(f"| {group} | {micros / steps / 1000:.1f} | {micros / total:.1%} |")
+    print()
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nanogpt", type=Path, help="nanoGPT's directory (left unmodified)")
+    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpt_throughput"))
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--block", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--compile", action="store_true", help="also xfmr with compile=true")
+    parser.add_argument("--profile", action="store_true", help="profile bf16-mixed steps")
+    parser.add_argument("--profile-steps", type=int, default=5)
+    parser.add_argument("--peak-tflops-fp32", type=float)
+    parser.add_argument("--peak-tflops-bf16", type=float)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
+    if args.steps <= SETTLE_STEPS + 1:
+        sys.exit(f"--steps {args.steps}: give more than {SETTLE_STEPS + 1} (steps 6..N are timed)")
+    shape = Shape(args.d_model, args.layers, args.heads, args.block, args.batch)
+    shape.warmup_steps = min(shape.warmup_steps, args.steps // 5)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.data.resolve()
+
+    if args.profile:
+        profile_bf16(shape, data, args.out.resolve(), args.profile_steps)
+        return
+    rows = []
+    if args.nanogpt is not None:
+        with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
+            copy = prepare_nanogpt(args.nanogpt.resolve(), data, Path(work))
+            rows.append(run_nanogpt(copy, shape, args.steps))
+    for precision in ("32-true", "bf16-mixed"):
+        for compile in (False, True) if args.compile else (False,):
+            rows.append(
+                run_xfmr(shape, data, args.out.resolve(), args.steps, precision, compile=compile)
+            )
+    peaks = {
+        "32-true": peak_flops("32-true", args.out, args.peak_tflops_fp32),
+        "bf16-mixed": peak_flops("bf16-mixed", args.out, args.peak_tflops_bf16),
+    }
+    vocab_size = len(set(data.read_text(encoding="utf-8")))
+    print_table(rows, shape, flops_per_token(shape, vocab_size), peaks)
+
+
+if __name__ == "__main__":
+    main()
