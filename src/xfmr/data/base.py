@@ -28,6 +28,23 @@ def usable_rows(rows: list[Row], bad_rows: BadRows, *, where: str, noun: str = "
     return rows
 
 
+def require_positive(**values: Any) -> None:
+    """Each `data.KEY=VALUE` is a whole number of at least one."""
+    for key, value in values.items():
+        if int(value) < 1:
+            raise UserError(f"data.{key}={value} must be a positive integer")
+
+
+def cache_setting(cache: bool, cache_dir: str | None) -> bool:
+    """`data.cache`, refused when it has nowhere to go."""
+    if cache and not cache_dir:
+        raise UserError(
+            "data.cache_dir is not set: give a directory for the token cache, "
+            "or set data.cache=false"
+        )
+    return bool(cache)
+
+
 def make_loader(
     dataset: Dataset | Sequence[Any],
     *,

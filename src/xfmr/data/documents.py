@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from xfmr.data.base import ExamplesDataModule
+from xfmr.data.base import ExamplesDataModule, cache_setting, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
 from xfmr.text.sample import head
@@ -180,17 +180,11 @@ class DocumentsDataModule(ExamplesDataModule):
         super().__init__(batch_size=batch_size, num_workers=num_workers)
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
-        if int(batch_size) < 1:
-            raise UserError(f"data.batch_size={batch_size} must be a positive integer")
+        require_positive(batch_size=batch_size)
         self.path = path
         self.val_fraction = val_fraction
         self.val_seed = val_seed
-        if cache and not cache_dir:
-            raise UserError(
-                "data.cache_dir is not set: give a directory for the token cache, "
-                "or set data.cache=false"
-            )
-        self.cache = bool(cache)
+        self.cache = cache_setting(cache, cache_dir)
         self.cache_dir = cache_dir
         self._split: tuple[list[list[str]], list[list[str]]] | None = None
         self.train_set: SentencePairDataset | None = None

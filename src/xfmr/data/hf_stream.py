@@ -18,7 +18,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from xfmr.data.base import make_loader
+from xfmr.data.base import make_loader, require_positive
 from xfmr.data.formats import BadRow, BadRows
 from xfmr.data.hf import BadCell, HFSource, class_names, row_cells
 from xfmr.errors import UserError
@@ -114,13 +114,9 @@ class HFStreamingDataModule(L.LightningDataModule):
         on_bad_row: str = "error",
     ) -> None:
         super().__init__()
-        for key, value in (
-            ("block_size", block_size),
-            ("batch_size", batch_size),
-            ("shuffle_buffer", shuffle_buffer),
-        ):
-            if int(value) < 1:
-                raise UserError(f"data.{key}={value} must be a positive integer")
+        require_positive(
+            block_size=block_size, batch_size=batch_size, shuffle_buffer=shuffle_buffer
+        )
         self.source = source
         self.kind = kind
         self.fields = {key: column for key, column in fields.items() if column is not None}

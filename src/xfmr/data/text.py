@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from xfmr.data.base import make_loader
+from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
 from xfmr.text.sample import head
@@ -73,25 +73,14 @@ class TextCorpusDataModule(L.LightningDataModule):
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
-        for key, value in (
-            ("block_size", block_size),
-            ("batch_size", batch_size),
-            ("train_stride", train_stride),
-        ):
-            if int(value) < 1:
-                raise UserError(f"data.{key}={value} must be a positive integer")
+        require_positive(block_size=block_size, batch_size=batch_size, train_stride=train_stride)
         self.path = path
         self.val_fraction = val_fraction
         self.block_size = block_size
         self.batch_size = batch_size
         self.train_stride = train_stride
         self.num_workers = num_workers
-        if cache and not cache_dir:
-            raise UserError(
-                "data.cache_dir is not set: give a directory for the token cache, "
-                "or set data.cache=false"
-            )
-        self.cache = bool(cache)
+        self.cache = cache_setting(cache, cache_dir)
         self.cache_dir = cache_dir
         self._split: tuple[str, str] | None = None
         self.train_ids: torch.Tensor | MappedIds | None = None

@@ -20,18 +20,17 @@ class StopOnNonFiniteLoss(L.Callback):
     optimizer step is taken with it and the checkpoints on disk stay the last good ones."""
 
     def __init__(self) -> None:
-        self.last_finite: tuple[int, float] | None = None
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if isinstance(loss, torch.Tensor) and torch.isfinite(loss):
-            self.last_finite = (trainer.global_step, float(loss))
+        # The step and loss tensor of the last step that passed; read only when one fails, so
+        # a step costs one finiteness check, not a second device sync.
+        self.last_finite: tuple[int, torch.Tensor] | None = None
 
     def on_before_backward(self, trainer: L.Trainer, pl_module, loss: torch.Tensor) -> None:
         if torch.isfinite(loss).all():
+            self.last_finite = (trainer.global_step, loss.detach())
             return
         last = (
-            f"the last finite loss was {self.last_finite[1]:.4g} at step {self.last_finite[0]}"
+            f"the last finite loss was {float(self.last_finite[1]):.4g} at step "
+            f"{self.last_finite[0]}"
             if self.last_finite
             else "no step had a finite loss"
         )
