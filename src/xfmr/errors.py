@@ -11,3 +11,8 @@ class UserError(ValueError):
 class RunFailed(Exception):
     """A run that cannot go on (its loss stopped being a number): the message says at which
     step and what to change. The run directory keeps its last good checkpoint."""
+
+
+class RunInterrupted(Exception):
+    """A run stopped by a signal (SIGINT, SIGTERM) after saving its state: the message says
+    where, and the command that resumes it."""

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
-from xfmr.errors import RunFailed, UserError
+from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.paths import config_dir
 
 PROG = "xfmr-train"
@@ -54,6 +54,8 @@ def train_job(cfg: DictConfig) -> float | None:
         fail(PROG, str(e))
     except RunFailed as e:  # results.json says so too; the exit code tells a script or sweep
         fail(PROG, str(e), code=1)
+    except RunInterrupted as e:  # 130: the shell's code for a job stopped by a signal
+        fail(PROG, str(e), code=130)
     except OmegaConfBaseException as e:  # an interpolation or type error in the composed config
         fail(PROG, f"config: {e}".split("\n    full_key")[0])
     log.info("run directory: %s", resolved.paths.output_dir)

@@ -11,6 +11,7 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.formats import BadRows
+from xfmr.data.order import TrainingLoader
 from xfmr.errors import UserError
 
 log = logging.getLogger("xfmr")
@@ -54,7 +55,16 @@ def make_loader(
     collate_fn: Callable[[list[Any]], dict] | None,
     drop_last: bool = False,
 ) -> DataLoader:
-    """A DataLoader whose workers, if any, live as long as it does (no restart every epoch)."""
+    """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
+    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch."""
+    if shuffle:
+        return TrainingLoader(
+            dataset,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            collate_fn=collate_fn,
+            drop_last=drop_last,
+            num_workers=num_workers,
+        )
     return DataLoader(
         dataset,
         batch_size=batch_size,

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -267,3 +268,20 @@ def _hparams_summary(data: Any) -> Any:
         tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR
     )
     return summary
+
+
+def read_csv_rows(loggers_cfg: DictConfig | None) -> list[dict[str, Any]]:
+    """The rows of the metrics.csv that `logger.csv` of `loggers_cfg` would write, if any."""
+    import csv
+
+    for item in (loggers_cfg or {}).values():
+        if item is None or not str(item.get("_target_", "")).endswith("CSVLogger"):
+            continue
+        path = Path(item.save_dir) / str(item.get("name") or "") / str(item.get("version") or "")
+        path = path / "metrics.csv"
+        if not path.is_file():
+            return []
+        with path.open(newline="") as file:  # values kept as written, step read as a number
+            rows = [{k: v for k, v in row.items() if v} for row in csv.DictReader(file)]
+        return [{**row, "step": int(row.get("step", 0))} for row in rows]
+    return []

@@ -21,13 +21,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from xfmr.checks import model_config as model_config_for
-from xfmr.errors import RunFailed, UserError
+from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
+from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
-from xfmr.training.loggers import finish_loggers, log_run_params
+from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
 from xfmr.training.transfer import (
     freeze_backbone,
@@ -107,11 +108,14 @@ def train(
     )
     nonfinite = StopOnNonFiniteLoss()
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
+    stop_on_signal = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
+    earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
         log_run_params(loggers, cfg, val_metrics=module.val_metrics)
-        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, nonfinite]
+        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, nonfinite, stop_on_signal]
         callbacks += [pruning] if pruning else []
+        callbacks += [ContinuedCsvLog(earlier_rows)] if earlier_rows else []
         if not loggers:  # with logger=none there is nowhere to send learning rates
             callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
         for callback in callbacks:
@@ -128,7 +132,7 @@ def train(
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         except RunFailed as e:
             failure = str(e)
-        status = run_status(trainer, failure, pruning)
+        status = run_status(trainer, failure, pruning, stop_on_signal)
         if status in ("completed", "pruned"):
             if not summary.history or summary.history[-1]["step"] != trainer.global_step:
                 trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -148,17 +152,34 @@ def train(
     write_results(run_dir, results)
     if failure:
         raise RunFailed(failure)
+    if status == "interrupted":
+        raise RunInterrupted(interrupted_message(stop_on_signal, run_dir, overrides))
     return results
 
 
-def run_status(trainer: L.Trainer, failure: str | None, pruning: TrialPruning | None) -> str:
+def run_status(
+    trainer: L.Trainer,
+    failure: str | None,
+    pruning: TrialPruning | None,
+    stop_on_signal: StopOnSignal,
+) -> str:
     if failure:
         return "failed"
-    if trainer.interrupted:
+    if trainer.interrupted or stop_on_signal.stopped_at is not None:
         return "interrupted"
     if pruning is not None and pruning.pruned_at is not None:
         return "pruned"
     return "completed"
+
+
+def interrupted_message(stop: StopOnSignal, run_dir: Path, overrides: Sequence[str]) -> str:
+    """What stopped the run, where its state is, and the command that goes on from there."""
+    command = ["xfmr-train", *(o for o in overrides if not o.startswith("hydra.run.dir="))]
+    command.append(f"hydra.run.dir={run_dir}")
+    return (
+        f"{stop.signal_name or 'interrupted'}: stopped after step {stop.stopped_at}, state saved "
+        f"to {stop.checkpoint}; resume with: {' '.join(command)}"
+    )
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:
@@ -280,13 +301,14 @@ def _warn_partial_sample(spec: TokenizerSpec, n_bytes: int) -> None:
 def resolve_checkpoint(
     ckpt_path: str | None, run_dir: Path, model_config: dict[str, Any]
 ) -> str | None:
-    """`ckpt_path` if given, else the run directory's `last.ckpt` if present; checked before any
-    training so a wrong file fails fast and nothing already saved is touched."""
+    """`ckpt_path` if given, else the newest of the run directory's `last.ckpt` and periodic
+    `step-*.ckpt`, if any; checked before any training so a wrong file fails fast and nothing
+    already saved is touched."""
     if not ckpt_path:
-        last = run_dir / "checkpoints" / "last.ckpt"
-        if not last.is_file():
+        newest = newest_checkpoint(run_dir / "checkpoints")
+        if newest is None:
             return None
-        ckpt_path = str(last)
+        ckpt_path = str(newest)
     path = Path(ckpt_path)
     if not path.is_file():
         raise UserError(
@@ -318,6 +340,13 @@ def resolve_checkpoint(
     return str(path)
 
 
+def newest_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint a run resumes from: the last written of `last.ckpt` and `step-*.ckpt`
+    (every one is written whole, then renamed into place)."""
+    found = [p for p in (directory / "last.ckpt", *directory.glob("step-*.ckpt")) if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
 def summarize(
     trainer: L.Trainer,
     summary: RunSummary,
@@ -332,7 +361,6 @@ def summarize(
     tokens_per_s = summary.tokens_per_step / (ms / 1000.0) if ms else None
     mfu = summary.mfu(tokens_per_s, trainer.world_size)
     return {
-        "status": "interrupted" if trainer.interrupted else "completed",
         "metrics": dict(sorted(metrics.items())),
         "best": summary.best,
         "step": trainer.global_step,

@@ -1,0 +1,111 @@
+"""Stopping on a signal with a checkpoint, checkpoints on a clock, and a metrics log that goes on
+where it was, so a run that is preempted (SIGTERM), stopped by a person (Ctrl-C) or killed
+outright resumes where it was."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+log = logging.getLogger("xfmr")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class PeriodicCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, every `every_n_train_steps` optimizer steps or every
+    `every_minutes` minutes of training (one of the two), keeping the newest `save_top_k`.
+
+    A run resumes from the newest of these and `last.ckpt`."""
+
+    def __init__(self, *, every_minutes: float = 0, **kwargs: Any) -> None:
+        if every_minutes and every_minutes > 0:
+            kwargs["train_time_interval"] = timedelta(minutes=float(every_minutes))
+        super().__init__(**kwargs)
+
+
+class StopOnSignal(L.Callback):
+    """SIGINT or SIGTERM ends the run after the training step under way: the state is saved
+    to `checkpoint` (the loader's place in the epoch included) and the run stops with status
+    `interrupted`. A second signal while that happens stops at once, as the default would.
+
+    Lightning's own SIGTERM handling exits without a checkpoint; this one replaces it while
+    training and puts the previous handlers back when training ends."""
+
+    def __init__(self, checkpoint: str | Path) -> None:
+        self.checkpoint = Path(checkpoint)
+        self.received: int | None = None
+        self.stopped_at: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for signum in STOP_SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+            except ValueError:  # not the main thread (e.g. a sweep worker thread): keep defaults
+                pass
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.received is not None:  # a second Ctrl-C: stop now
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self.received = signum
+        log.warning(
+            "%s received: saving a checkpoint after this step, then stopping",
+            signal.Signals(signum).name,
+        )
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
+    ) -> None:
+        stop = self.received is not None
+        if trainer.world_size > 1:  # every rank stops at the same step
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if not stop or self.stopped_at is not None:
+            return
+        trainer.save_checkpoint(self.checkpoint)
+        self.stopped_at = trainer.global_step
+        trainer.should_stop = True
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.received).name if self.received is not None else None
+
+
+class ContinuedCsvLog(L.Callback):
+    """A resumed run's metrics.csv goes on from the checkpoint's step.
+
+    Lightning's CSV writer deletes an existing metrics.csv when it starts; the rows written
+    before the run was stopped are read first (`xfmr.training.loggers.read_csv_rows`, before the loggers are made)
+    and, once training has restored its step, those from before the checkpoint are written
+    back ahead of the new ones (rows logged after the checkpoint are logged again)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        earlier = [row for row in self.rows if row.get("step", 0) < trainer.global_step]
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger) and earlier:
+                logger.experiment.metrics[:0] = earlier
+                logger.save()
+        self.rows = []
