@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from xfmr.errors import UserError
-from xfmr.training.loading import read_checkpoint
+from xfmr.training.checkpoint_io import read_checkpoint
 from xfmr.training.run_files import (
     AVERAGED_FILE,
     CHECKPOINT_DIR,

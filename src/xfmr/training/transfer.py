@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 from torch import nn
 
 from xfmr.errors import UserError
+from xfmr.training.checkpoint_io import MODEL_PREFIX, read_checkpoint
 
 log = logging.getLogger("xfmr")
 
@@ -103,13 +103,10 @@ def initialise_from(model: nn.Module, source: InitSource) -> TransferReport:
 
 def load_matching(model: nn.Module, checkpoint: Path) -> TransferReport:
     """Copy each tensor of an xfmr checkpoint whose name and shape the model shares."""
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    except Exception as e:  # any unreadable file: the message matters, not the type
-        raise UserError(
-            f"init_from={str(checkpoint)!r} is not a readable xfmr checkpoint ({e})"
-        ) from None
-    theirs = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    state = read_checkpoint(checkpoint, key="init_from")["state_dict"]
+    theirs = {
+        k.removeprefix(MODEL_PREFIX): v for k, v in state.items() if k.startswith(MODEL_PREFIX)
+    }
     ours = model.state_dict()
     report = TransferReport()
     for name, tensor in theirs.items():
