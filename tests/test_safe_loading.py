@@ -1,10 +1,14 @@
 """Safe loading: every checkpoint xfmr reads is unpickled with weights_only=True, so a crafted
-file is refused in one line before any of its code runs."""
+file is refused in one line before any of its code runs; xfmr-export writes .safetensors that
+load back (in xfmr and with `safetensors` alone) to the same logits."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ import torch
 
 from conftest import CORPUS, TINY, compose_config, run_cli
 from xfmr.errors import UserError
+from xfmr.nn import ModelConfig, build_model
 from xfmr.training.checkpoint_io import read_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -73,10 +78,11 @@ def test_checkpoints_xfmr_writes_load_with_weights_only(run: Path) -> None:
     [
         ("xfmr.cli.eval", ["run_dir={run}", "checkpoint={crafted}"]),
         ("xfmr.cli.generate", ["run_dir={run}", "checkpoint={crafted}", "input=the"]),
+        ("xfmr.cli.export", ["run_dir={run}", "checkpoint={crafted}"]),
         ("xfmr.cli.train", [*TINY, "data=text", "data.path={corpus}", "ckpt_path={crafted}"]),
         ("xfmr.cli.train", [*TINY, "data=text", "data.path={corpus}", "init_from={crafted}"]),
     ],
-    ids=["eval", "generate", "train-resume", "train-init_from"],
+    ids=["eval", "generate", "export", "train-resume", "train-init_from"],
 )
 def test_a_crafted_pickle_is_refused_without_running(
     module: str, args: list[str], run: Path, crafted: tuple[Path, Path], tmp_path: Path
@@ -148,3 +154,98 @@ def test_resume_loads_the_checkpoint_with_weights_only(
     results = train(compose_config(tmp_path, [*overrides, "trainer.max_steps=3"]))
     assert results["step"] == 3
     assert len(asked) >= 2 and all(value is True for value in asked), asked
+
+
+# --- xfmr-export --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported(run: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "share" / "model.safetensors"
+    result = run_cli([f"run_dir={run}", f"out={out}"], out.parent.parent, module="xfmr.cli.export")
+    assert result.returncode == 0, result.output
+    assert "tied: lm_head.weight -> backbone.tok_emb.weight" in result.stdout
+    return out
+
+
+def _logits(model: torch.nn.Module) -> torch.Tensor:
+    tokens = torch.arange(12).remainder(model.config.vocab_size).unsqueeze(0)  # (1, T)
+    with torch.no_grad():
+        return model.eval()(tokens)
+
+
+def test_export_loads_into_a_fresh_model_with_safetensors_alone(run: Path, exported: Path):
+    """What a Hugging Face user does: the config from the metadata, the weights by
+    `safetensors.torch.load_model` (which ties shared tensors itself)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    from xfmr.training.loading import load_run
+
+    with safe_open(str(exported), framework="pt") as file:
+        metadata = file.metadata()
+        names = set(file.keys())
+    assert "lm_head.weight" not in names and "backbone.tok_emb.weight" in names
+    assert json.loads(metadata["tied"]) == {"lm_head.weight": "backbone.tok_emb.weight"}
+    fresh = build_model(ModelConfig.from_dict(json.loads(metadata["model_config"])))
+    load_model(fresh, exported)
+    assert (exported.parent / "tokenizer.json").read_bytes() == (
+        run / "tokenizer.json"
+    ).read_bytes()
+    trained = load_run(run).model
+    assert not torch.equal(_logits(build_model(fresh.config)), _logits(trained))
+    assert torch.equal(_logits(fresh), _logits(trained))
+
+
+def test_export_is_a_checkpoint_for_eval_generate_and_init_from(
+    run: Path, exported: Path, tmp_path: Path
+) -> None:
+    from xfmr.training.loading import load_run
+    from xfmr.training.run import resolve_checkpoint, train
+
+    loaded = load_run(run, checkpoint=exported)
+    assert torch.equal(_logits(loaded.model), _logits(load_run(run).model))
+    assert loaded.global_step == 2
+    cfg = compose_config(tmp_path, ["size=tiny", f"init_from={exported}", "optim.lr=0.0"])
+    report = train(cfg)["init_from"]
+    assert report["skipped"] == [] and report["new"] == []
+    with pytest.raises(UserError, match="holds weights only.*init_from="):
+        resolve_checkpoint(str(exported), tmp_path, loaded.model_config.to_dict())
+
+
+def test_export_refuses_a_wrong_out_and_another_tokenizer(run: Path, tmp_path: Path) -> None:
+    bad = run_cli([f"run_dir={run}", "out=model.bin"], tmp_path, module="xfmr.cli.export")
+    _fails_in_one_line(bad, "out='model.bin' must end in .safetensors")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    other = run_cli(
+        [f"run_dir={run}", f"out={tmp_path / 'm.safetensors'}"], tmp_path, module="xfmr.cli.export"
+    )
+    _fails_in_one_line(other, "another tokenizer")
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_a_safetensors_file_that_is_not_an_export_is_refused(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(2)}, path)
+    with pytest.raises(UserError, match="not an xfmr export"):
+        read_checkpoint(path, key="init_from")
+    path.write_bytes(os.urandom(64))
+    with pytest.raises(UserError, match="not a readable .safetensors"):
+        read_checkpoint(path, key="init_from")
+
+
+def test_export_help_answers_without_torch(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "sys.argv = ['xfmr-export', '--help']\n"
+        "from xfmr.cli.export import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "Usage: xfmr-export KEY=VALUE" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "[]"

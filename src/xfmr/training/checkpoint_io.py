@@ -1,5 +1,5 @@
 """Reading a checkpoint, the one way every entry point does it (resume, `init_from`, xfmr-eval,
-xfmr-generate, xfmr-average, xfmr-attention).
+xfmr-generate, xfmr-average, xfmr-attention, xfmr-export).
 
 A .ckpt is a pickle, and unpickling calls whatever functions the file names. `torch.load(...,
 weights_only=True)` rebuilds only tensors, numbers, strings and containers, which is all an xfmr
@@ -7,6 +7,8 @@ checkpoint holds (the model config as a plain dict, callback states as dicts of 
 tensors), so a crafted file is refused before anything in it runs. Nothing is allow-listed on
 top: a file that needs more was not written by xfmr-train. Lightning's own load on resume is
 held to the same (`trainer.fit(..., weights_only=True)`).
+
+A .safetensors file (xfmr-export) is a JSON header and raw tensors: nothing in it can run.
 """
 
 from __future__ import annotations
@@ -22,14 +24,20 @@ import torch
 from xfmr.errors import UserError
 
 MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
+SAFETENSORS_SUFFIX = ".safetensors"
 
 
 def read_checkpoint(path: Path, *, key: str = "checkpoint", mmap: bool = False) -> dict[str, Any]:
     """The checkpoint at `path`: a dict with `state_dict` and `hyper_parameters.model_config`.
 
-    Any other file is one UserError that names it as `key=path`. `mmap` maps the tensors
-    instead of reading them (cheap when only a few are needed)."""
+    A .safetensors export reads as a checkpoint with the weights and no training state. Any other
+    file is one UserError that names it as `key=path`. `mmap` maps the tensors instead of reading
+    them (cheap when only a few are needed)."""
     name = f"{key}={str(path)!r}"
+    if Path(path).suffix == SAFETENSORS_SUFFIX:
+        from xfmr.training.export import read_exported
+
+        return read_exported(Path(path), name)
     state = safe_load(Path(path), name, mmap=mmap)
     hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
     config = hparams.get("model_config") if isinstance(hparams, dict) else None

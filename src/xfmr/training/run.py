@@ -25,7 +25,7 @@ from xfmr.errors import RunFailed, UserError
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
-from xfmr.training.checkpoint_io import read_checkpoint
+from xfmr.training.checkpoint_io import SAFETENSORS_SUFFIX, read_checkpoint
 from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params
@@ -293,6 +293,11 @@ def resolve_checkpoint(
     if not path.is_file():
         raise UserError(
             f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train"
+        )
+    if path.suffix == SAFETENSORS_SUFFIX:
+        raise UserError(
+            f"ckpt_path={ckpt_path!r} holds weights only, no optimizer or loop state to resume: "
+            f"start a new run from it with init_from={ckpt_path}"
         )
     saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
     differs = sorted(
