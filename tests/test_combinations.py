@@ -117,7 +117,7 @@ def test_valid_combination_trains_two_steps(
     assert results["step"] == 2
     assert math.isfinite(results["metrics"]["val/loss"])
     assert (tmp_path / "run" / "tokenizer.json").is_file()
-    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     built = checkpoint["hyper_parameters"]["model_config"]
     assert (built["arch"], built["pos"]["name"]) == (arch, pos), "the composed choices were built"
 

@@ -35,7 +35,7 @@ def test_run_starts_from_the_checkpoint_weights(tmp_path: Path) -> None:
         tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "optim.lr=0.0", "schedule=constant"]
     )
     results = train(cfg)
-    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     weights = state["state_dict"]
     hf_weights = hf.state_dict()
     assert torch.equal(

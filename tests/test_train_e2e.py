@@ -39,7 +39,7 @@ def test_single_run_writes_a_complete_run_directory(tmp_path: Path, corpus: Path
     assert results["ms_per_step"] > 0 and results["tokens_per_s"] > 0
     assert results["tokens_per_step"] == 4 * 16
     assert "pos=sinusoidal" in results["overrides"]
-    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["hyper_parameters"]["model_config"]["pos"]["name"] == "sinusoidal"
     with open(run_dir / "csv" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))

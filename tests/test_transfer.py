@@ -12,7 +12,7 @@ from xfmr.errors import UserError
 
 
 def _weights(run_dir: Path, checkpoint: str = "last.ckpt") -> dict[str, torch.Tensor]:
-    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=False)["state_dict"]
+    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=True)["state_dict"]
     return {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
 
 

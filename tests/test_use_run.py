@@ -38,7 +38,7 @@ def _cli(name: str, args: list[str], cwd: Path):
 
 def _weights(path: Path) -> tuple[torch.nn.Module, dict]:
     """The model of a checkpoint, built and loaded here without xfmr's loader."""
-    checkpoint = torch.load(path, weights_only=False)
+    checkpoint = torch.load(path, weights_only=True)
     model = build_model(ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"]))
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
     model.load_state_dict(state)
@@ -110,7 +110,7 @@ def test_average_is_the_mean_of_the_newest_checkpoints_by_stored_step(
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    base = torch.load(decoder_run / "checkpoints" / "last.ckpt", weights_only=False)
+    base = torch.load(decoder_run / "checkpoints" / "last.ckpt", weights_only=True)
     for name, step, value in (("1", 40, 1.0), ("2", 30, 2.0), ("3", 10, 100.0), ("4", 20, 6.0)):
         state = {k: torch.full_like(v, value) for k, v in base["state_dict"].items()}
         torch.save(
@@ -118,7 +118,7 @@ def test_average_is_the_mean_of_the_newest_checkpoints_by_stored_step(
             run / "checkpoints" / f"step-000000{name}.ckpt",
         )
     result = average_checkpoints(run, last=3)
-    averaged = torch.load(run / "checkpoints" / "averaged.ckpt", weights_only=False)
+    averaged = torch.load(run / "checkpoints" / "averaged.ckpt", weights_only=True)
     assert [a["global_step"] for a in averaged["averaged_from"]] == [40, 30, 20]
     assert result["averaged_from"] == averaged["averaged_from"]
     for name, tensor in averaged["state_dict"].items():
@@ -135,8 +135,8 @@ def test_average_cli_writes_the_exact_mean_and_training_resumes_from_it(
     assert result.returncode == 0, result.output
     assert "step-0000004.ckpt (step 4)" in result.stdout
     ckpts = decoder_run / "checkpoints"
-    averaged = torch.load(ckpts / "averaged.ckpt", weights_only=False)
-    sources = [torch.load(ckpts / f"step-000000{s}.ckpt", weights_only=False) for s in (2, 3, 4)]
+    averaged = torch.load(ckpts / "averaged.ckpt", weights_only=True)
+    sources = [torch.load(ckpts / f"step-000000{s}.ckpt", weights_only=True) for s in (2, 3, 4)]
     for name, tensor in averaged["state_dict"].items():
         stacked = torch.stack([s["state_dict"][name].double() for s in sources])
         assert torch.equal(tensor, stacked.mean(0).to(tensor.dtype)), name

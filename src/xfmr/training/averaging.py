@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from xfmr.errors import UserError
-from xfmr.training.loading import read_checkpoint
+from xfmr.training.checkpoint_io import read_checkpoint
+from xfmr.training.export import tied_names
 from xfmr.training.run_files import (
     AVERAGED_FILE,
     CHECKPOINT_DIR,
@@ -94,11 +95,10 @@ def average_state_dicts(state_dicts: list[dict[str, torch.Tensor]]) -> dict[str,
     tensors (integer buffers) are taken from the first. Tensors that share storage in the
     first (tied embeddings) share it in the result too."""
     averaged: dict[str, torch.Tensor] = {}
-    shared: dict[tuple, torch.Tensor] = {}
+    tied = tied_names(state_dicts[0])
     for name, first in state_dicts[0].items():
-        key = (first.untyped_storage().data_ptr(), first.storage_offset(), tuple(first.shape))
-        if key in shared:
-            averaged[name] = shared[key]
+        if name in tied:
+            averaged[name] = averaged[tied[name]]
             continue
         if first.is_floating_point():
             total = torch.zeros(first.shape, dtype=torch.float64)
@@ -107,5 +107,5 @@ def average_state_dicts(state_dicts: list[dict[str, torch.Tensor]]) -> dict[str,
             value = (total / len(state_dicts)).to(first.dtype)
         else:
             value = first.clone()
-        averaged[name] = shared[key] = value
+        averaged[name] = value
     return averaged

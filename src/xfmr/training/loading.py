@@ -16,9 +16,8 @@ from torch import nn
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.text.tokenizers import TextTokenizer
+from xfmr.training.checkpoint_io import MODEL_PREFIX, read_checkpoint
 from xfmr.training.run_files import RunFiles, locate_run
-
-MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
 
 
 @dataclass
@@ -71,25 +70,6 @@ def load_run(
         model_config=model_config,
         global_step=state.get("global_step"),
     )
-
-
-def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
-    """A Lightning checkpoint written by xfmr: it must hold `state_dict` and the model's config.
-
-    `mmap` maps the tensors instead of reading them (cheap when only a few are needed)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except Exception as e:  # any unreadable file: the message matters, not the type
-        raise UserError(
-            f"checkpoint {str(path)!r} is not a readable checkpoint ({type(e).__name__}: {e})"
-        ) from None
-    hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
-    if not isinstance(hparams, dict) or "model_config" not in hparams or "state_dict" not in state:
-        raise UserError(
-            f"checkpoint {str(path)!r} is not an xfmr checkpoint (no "
-            "hyper_parameters.model_config / state_dict)"
-        )
-    return state
 
 
 def bind_objective(config: DictConfig, tokenizer: TextTokenizer) -> Any:

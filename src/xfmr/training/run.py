@@ -25,6 +25,7 @@ from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
+from xfmr.training.checkpoint_io import SAFETENSORS_SUFFIX, read_checkpoint
 from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
@@ -129,7 +130,8 @@ def train(
         )
         failure = None
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+            # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         except RunFailed as e:
             failure = str(e)
         status = run_status(trainer, failure, pruning, stop_on_signal)
@@ -314,21 +316,12 @@ def resolve_checkpoint(
         raise UserError(
             f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train"
         )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # any unreadable file: the message matters, not the type
+    if path.suffix == SAFETENSORS_SUFFIX:
         raise UserError(
-            f"ckpt_path={ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {e})"
-        ) from None
-    saved = (
-        (checkpoint.get("hyper_parameters") or {}).get("model_config")
-        if isinstance(checkpoint, dict)
-        else None
-    )
-    if saved is None or "state_dict" not in checkpoint:
-        raise UserError(
-            f"ckpt_path={ckpt_path!r} is not an xfmr checkpoint (no model_config / state_dict)"
+            f"ckpt_path={ckpt_path!r} holds weights only, no optimizer or loop state to resume: "
+            f"start a new run from it with init_from={ckpt_path}"
         )
+    saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
     differs = sorted(
         k for k in set(saved) | set(model_config) if saved.get(k) != model_config.get(k)
     )

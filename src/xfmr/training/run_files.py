@@ -6,6 +6,7 @@ entry points that use a run answer a mistake in about a second.
     RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
     RUN_DIR/checkpoints/step-NNNNNNN.ckpt    periodic checkpoints (callbacks.periodic_checkpoint)
     RUN_DIR/checkpoints/averaged.ckpt        their average (xfmr-average)
+    RUN_DIR/model.safetensors                the weights for sharing (xfmr-export)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_NAMES = ("best", "last", "averaged")
 PERIODIC_GLOB = "step-*.ckpt"
 AVERAGED_FILE = "averaged.ckpt"
+EXPORT_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
     if not path.is_file():
         raise UserError(
             f"checkpoint={str(checkpoint)!r} does not exist: give one of "
-            f"{list(CHECKPOINT_NAMES)} or a .ckpt file written by xfmr-train or xfmr-average"
+            f"{list(CHECKPOINT_NAMES)}, a .ckpt file written by xfmr-train or xfmr-average, or "
+            "a .safetensors file written by xfmr-export"
         )
     return path
 

@@ -1,5 +1,6 @@
 """Starting a run from earlier weights: a Hugging Face checkpoint (`init_from=hf:PATH`) or an
-xfmr run (`init_from=RUN_DIR` or a .ckpt), e.g. BERT's pretraining -> fine-tuning."""
+xfmr run (`init_from=RUN_DIR`, a .ckpt, or a .safetensors from xfmr-export), e.g. BERT's
+pretraining -> fine-tuning."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 from torch import nn
 
 from xfmr.errors import UserError
+from xfmr.training.checkpoint_io import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
 
 log = logging.getLogger("xfmr")
 
@@ -20,7 +21,7 @@ log = logging.getLogger("xfmr")
 @dataclass
 class InitSource:
     kind: str  # "hf" or "run"
-    path: Path  # the HF directory or the .ckpt file
+    path: Path  # the HF directory, the .ckpt or the .safetensors file
     tokenizer: Path | None  # the vocabulary the weights were trained with
 
 
@@ -38,8 +39,9 @@ class TransferReport:
 
 
 def init_source(init_from: str | None) -> InitSource | None:
-    """Resolve `init_from`: hf:PATH, a run directory (its best, else last checkpoint) or a .ckpt
-    file inside a run directory; the tokenizer comes along so token ids keep their meaning."""
+    """Resolve `init_from`: hf:PATH, a run directory (its best, else last checkpoint), a .ckpt
+    file inside a run directory or a .safetensors export beside its tokenizer.json; the
+    tokenizer comes along so token ids keep their meaning."""
     if not init_from:
         return None
     text = str(init_from)
@@ -61,11 +63,13 @@ def init_source(init_from: str | None) -> InitSource | None:
                 f"init_from={text!r} is a directory without checkpoints/best.ckpt or last.ckpt"
             )
     elif path.is_file():
-        checkpoint, run_dir = path, path.parent.parent  # RUN_DIR/checkpoints/X.ckpt
+        # RUN_DIR/checkpoints/X.ckpt; an export sits beside its tokenizer (RUN_DIR/X.safetensors)
+        exported = path.suffix == SAFETENSORS_SUFFIX
+        checkpoint, run_dir = path, path.parent if exported else path.parent.parent
     else:
         raise UserError(
-            f"init_from={text!r} does not exist: give an xfmr run directory, a .ckpt file, or "
-            f"hf:PATH for a Hugging Face checkpoint"
+            f"init_from={text!r} does not exist: give an xfmr run directory, a .ckpt file, a "
+            f".safetensors file from xfmr-export, or hf:PATH for a Hugging Face checkpoint"
         )
     tokenizer = run_dir / "tokenizer.json"
     if not tokenizer.is_file():
@@ -102,14 +106,12 @@ def initialise_from(model: nn.Module, source: InitSource) -> TransferReport:
 
 
 def load_matching(model: nn.Module, checkpoint: Path) -> TransferReport:
-    """Copy each tensor of an xfmr checkpoint whose name and shape the model shares."""
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    except Exception as e:  # any unreadable file: the message matters, not the type
-        raise UserError(
-            f"init_from={str(checkpoint)!r} is not a readable xfmr checkpoint ({e})"
-        ) from None
-    theirs = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    """Copy each tensor of an xfmr checkpoint (or xfmr-export .safetensors) whose name and
+    shape the model shares."""
+    state = read_checkpoint(checkpoint, key="init_from")["state_dict"]
+    theirs = {
+        k.removeprefix(MODEL_PREFIX): v for k, v in state.items() if k.startswith(MODEL_PREFIX)
+    }
     ours = model.state_dict()
     report = TransferReport()
     for name, tensor in theirs.items():
