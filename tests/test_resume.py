@@ -115,7 +115,7 @@ def _train(root: Path, data: list[str], run_dir: Path, *extra: str, env=None):
 
 def _final_state(run_dir: Path) -> dict:
     checkpoint = torch.load(
-        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
     )
     return {
         "weights": checkpoint["state_dict"],
@@ -219,7 +219,7 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sign
     results = read_results(run_dir)
     assert results["status"] == "interrupted"
     stopped = torch.load(
-        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
     )
     assert stopped["global_step"] == results["step"] > 0
     # The same command goes on from there to the end.

@@ -380,7 +380,7 @@ from xfmr.text.tokenizers import TextTokenizer
 corpus, tokenizer, cache_dir = sys.argv[1:4]
 torch.manual_seed(0)
 data = TextCorpusDataModule(path=corpus, cache=True, cache_dir=cache_dir, block_size=64,
-                            batch_size=32, train_stride=64)
+                            batch_size=32, train_stride=1)
 data.attach(TextTokenizer.load(tokenizer), CausalLMObjective().collate)
 for _, batch in zip(range(100), data.train_dataloader()):
     pass
@@ -393,9 +393,8 @@ print(len(data.train_ids), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 @pytest.mark.slow
 def test_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
     """Build the cache, then read batches from it: the peak RSS of a corpus 8x larger grows by
-    far less than its ids would take in memory. Windows every 64 tokens: with every offset,
-    torch's RandomSampler itself holds a list of all offsets (about 36 bytes each), whichever
-    path holds the ids."""
+    far less than its ids would take in memory, with a window at every offset (the training
+    order is computed index by index, not held as a list of every offset)."""
     tokenizer = _tokenizer("char", CORPUS)
     tokenizer.save(tmp_path / "tokenizer.json")
     peaks = {}

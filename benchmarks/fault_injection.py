@@ -1,0 +1,160 @@
+"""Kill a training run with SIGKILL at random moments, resume it with the same command each
+time, and check that its final weights, optimizer state and metrics equal those of the same
+run never interrupted.
+
+    python benchmarks/fault_injection.py --kills 20 --seed 0
+
+The run is a small GPT on text the script writes (or --data FILE): 120 steps, a validation
+every 10, a periodic checkpoint every 4 steps. Each attempt is killed after a delay drawn
+uniformly from zero to --max-delay (default: 15% of an uninterrupted run's wall time), so
+kills land anywhere: while Python starts, while the tokenizer or token cache is built,
+mid-step, mid-validation, mid-save. After --kills kills the run is left to finish. Prints one line per attempt (the step
+the run had checkpointed when it was killed) and a verdict; exit status 1 if anything differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+STEPS = 120
+ARGS = [
+    "size=tiny",
+    "data=text",
+    "data.block_size=32",
+    "data.batch_size=8",
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=10",
+    "trainer.limit_val_batches=4",
+    "callbacks.periodic_checkpoint.every_n_train_steps=4",
+    "callbacks.text_sample=null",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+]
+
+
+def command(data: Path, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "xfmr.cli.train",
+        *ARGS,
+        f"data.path={data}",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def run(data: Path, run_dir: Path, env: dict[str, str], kill_after: float | None) -> int:
+    proc = subprocess.Popen(
+        command(data, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    if kill_after is None:
+        return proc.wait()
+    try:
+        return proc.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        return proc.wait()
+
+
+def checkpointed_step(run_dir: Path) -> int | None:
+    from xfmr.training.run import newest_checkpoint
+
+    newest = newest_checkpoint(run_dir / "checkpoints")
+    if newest is None:
+        return None
+    try:
+        return int(
+            torch.load(newest, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+        )
+    except Exception:  # a file whose rename has not happened is not there; anything else: say so
+        return -1
+
+
+def final_state(run_dir: Path) -> tuple[dict, dict, dict]:
+    checkpoint = torch.load(
+        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
+    )
+    results = json.loads((run_dir / "results.json").read_text())
+    kept = {k: results[k] for k in ("status", "step", "history")}
+    # Every metric but the timings (tokens/s and mfu on the progress bar).
+    kept["metrics"] = {k: v for k, v in results["metrics"].items() if k not in ("tok/s", "mfu")}
+    return checkpoint["state_dict"], checkpoint["optimizer_states"][0]["state"], kept
+
+
+def differences(ours: tuple, theirs: tuple) -> list[str]:
+    found = []
+    for name, tensor in theirs[0].items():
+        if name not in ours[0] or not torch.equal(ours[0][name], tensor):
+            found.append(f"weight {name}")
+    for index, state in theirs[1].items():
+        for key, value in state.items():
+            if not torch.equal(ours[1][index][key], value):
+                found.append(f"optimizer state {index}.{key}")
+    for key, value in theirs[2].items():
+        if ours[2][key] != value:
+            found.append(f"results.json {key}")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the kill times")
+    parser.add_argument("--data", type=Path, help="a text file (default: one written here)")
+    parser.add_argument("--max-delay", type=float, help="seconds (default: 0.15 x a whole run)")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="xfmr-faults-"))
+    data = args.data.resolve() if args.data else work / "corpus.txt"
+    if args.data is None:
+        words = "the quick brown fox jumps over a lazy dog while two owls watch the moon".split()
+        rng = random.Random(0)
+        data.write_text("\n".join(" ".join(rng.choices(words, k=12)) for _ in range(3000)))
+    env = {**os.environ, "XFMR_CACHE_DIR": str(work / "cache"), "PYTHONUNBUFFERED": "1"}
+
+    started = time.monotonic()
+    assert run(data, work / "reference", env, None) == 0, "the uninterrupted run failed"
+    whole = time.monotonic() - started
+    max_delay = args.max_delay or 0.15 * whole
+    print(f"uninterrupted run: {whole:.1f} s; killing the other run {args.kills} times, each")
+    print(f"after a delay drawn from 0..{max_delay:.1f} s")
+    rng = random.Random(args.seed)
+    run_dir = work / "killed"
+    for attempt in range(1, args.kills + 1):
+        delay = rng.uniform(0.0, max_delay)
+        code = run(data, run_dir, env, delay)
+        state = "finished first" if code == 0 else f"killed after {delay:.1f} s"
+        print(
+            f"attempt {attempt:2d}: {state}; newest checkpoint at step {checkpointed_step(run_dir)}"
+        )
+        if code == 0:
+            break
+    code = run(data, run_dir, env, None)
+    print(f"last attempt: exit {code}")
+    found = (
+        differences(final_state(run_dir), final_state(work / "reference"))
+        if code == 0
+        else ["the run failed"]
+    )
+    print(
+        "identical to the uninterrupted run" if not found else f"DIFFERS: {', '.join(found[:10])}"
+    )
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    main()
