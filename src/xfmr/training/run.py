@@ -25,7 +25,7 @@ from xfmr.errors import RunFailed, UserError
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
-from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
+from xfmr.training.guards import NonFiniteGuard, TrialPruning
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params
 from xfmr.training.module import XfmrModule
@@ -81,6 +81,7 @@ def train(
         if ckpt_path:
             log.info("resuming from %s", ckpt_path)
 
+    nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
     module = XfmrModule(
         model_config=model_config,
         objective=objective,
@@ -88,6 +89,7 @@ def train(
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
         compile=bool(cfg.compile),
+        nonfinite_guard=nonfinite,
     )
     transfer = None
     if source and not ckpt_path:  # a resumed run already holds the transferred weights
@@ -105,12 +107,11 @@ def train(
         if nprocs > 1
         else nullcontext()
     )
-    nonfinite = StopOnNonFiniteLoss()
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
         log_run_params(loggers, cfg, val_metrics=module.val_metrics)
-        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, nonfinite]
+        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary]
         callbacks += [pruning] if pruning else []
         if not loggers:  # with logger=none there is nowhere to send learning rates
             callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
@@ -140,7 +141,11 @@ def train(
     results = summarize(
         trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
     )
-    results.update(status=status, optimized_metric=cfg.get("optimized_metric"))
+    results.update(
+        status=status,
+        optimized_metric=cfg.get("optimized_metric"),
+        skipped_steps=nonfinite.skipped,  # non-finite steps left out (nonfinite.max_skips)
+    )
     if failure:
         results["reason"] = failure
     if transfer is not None:
