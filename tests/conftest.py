@@ -59,6 +59,7 @@ TINY = [
     "data.block_size=16",
     "data.batch_size=4",
     "trainer.max_steps=4",
+    "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
     "trainer.val_check_interval=2",
     "trainer.limit_val_batches=2",
     "trainer.num_sanity_val_steps=0",

@@ -87,6 +87,7 @@ def _compose(tmp_path: Path, overrides: list[str]):
         *data,
         "data.batch_size=4",
         "trainer.max_steps=2",
+        "schedule.warmup_steps=1",
         "trainer.val_check_interval=2",
         "trainer.limit_val_batches=1",
         "trainer.num_sanity_val_steps=0",

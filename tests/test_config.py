@@ -11,6 +11,7 @@ from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
 from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES, OBJECTIVE_DATA
 from xfmr.paths import config_dir
+from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
 
 GROUPS = [
     "arch",
@@ -88,7 +89,9 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
                 if choice == "parallel":
                     (tmp_path / key).write_text("a sentence\n")
                     overrides.append(f"data.{key}={tmp_path / key}")
-        if group == "tokenizer" and choice == "pretrained":
+        if group == "tokenizer" and choice == "pretrained":  # the check loads the file
+            char = train_tokenizer(TokenizerSpec(kind="char"), iter(["some text"]))
+            char.save(tmp_path / "tokenizer.json")
             overrides.append(f"tokenizer.path={tmp_path / 'tokenizer.json'}")
         if group == "data" and choice == "text":
             corpus = tmp_path / "c.txt"
@@ -96,6 +99,8 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
             overrides.append(f"data.path={corpus}")
         if group == "data" and choice == "hf":  # data.kind=text serves the default clm
             overrides.append("data.path=json")  # a dataset builder, not a file: nothing loads
+        if group == "schedule":  # noam's and inverse_sqrt's 4000 warm-up steps fit in the run
+            overrides.append("trainer.max_steps=4000")
         cfg = _compose(overrides)
         model = model_config(cfg, vocab_size=10)
         assert model.d_model % model.n_heads == 0

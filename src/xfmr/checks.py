@@ -5,12 +5,14 @@ Each failure is one `UserError` naming the key, the value and what would be vali
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from xfmr.data.files import text_files
+from xfmr.data.files import check_text_head, text_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.archs import (
@@ -23,7 +25,8 @@ from xfmr.objectives.archs import (
     OBJECTIVE_DATA,
     OBJECTIVE_SEGMENTS,
 )
-from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec
+from xfmr.ranges import check_numbers, check_run_length
+from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
 _GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
 
@@ -35,13 +38,18 @@ def check_config(cfg: DictConfig) -> None:
                 f"config has no `{key}` section: compose it from the {key} group or set it"
             )
     check_required(cfg)
+    check_numbers(cfg)
     model = model_config(cfg, vocab_size=1)
     if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
         check_objective(cfg, model)
         check_positions(cfg, model)
+        check_resume(cfg, model)
     check_tokenizer(cfg)
     check_masking(cfg)
     check_data(cfg)
+    check_run_length(cfg)
+    # Last: on a GPU machine these may import torch to count devices or ask for bfloat16.
+    check_devices(cfg)
     check_precision(cfg)
 
 
@@ -85,7 +93,8 @@ def check_data(cfg: DictConfig) -> None:
         if not cfg.data.get("path"):
             raise UserError(f"data.path is not set: {HF_PATH_CHOICES}")
     elif cfg.data.get("path", "absent") != "absent":
-        text_files(cfg.data.path)
+        for file in text_files(cfg.data.path):
+            check_text_head(file)
     if data_class == "SquadDataModule":
         check_squad_windows(cfg.data)
     files = parallel_files(cfg.data) if data_class == "ParallelDataModule" else _DATA_FILES
@@ -95,6 +104,8 @@ def check_data(cfg: DictConfig) -> None:
             raise UserError(f"data.{key} is not set: give the file")
         if path is not None and not Path(path).is_file():
             raise UserError(f"data.{key}={str(path)!r} does not exist")
+        if path is not None:
+            check_text_head(Path(path), key=f"data.{key}")
 
 
 def data_kind(data: DictConfig) -> str | None:
@@ -210,17 +221,44 @@ def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
 
 
 FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
+# Lightning's precision settings (lightning.fabric.plugins.precision.precision), aliases last.
+PRECISIONS = (
+    "32-true",
+    "bf16-mixed",
+    "16-mixed",
+    "bf16-true",
+    "16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "32",
+    "bf16",
+    "16",
+    "64",
+)
 
 
 def check_precision(cfg: DictConfig) -> None:
-    """No float16 on a CPU: its matmuls run in software there, some hundred times slower than
-    float32, where bfloat16 has fast kernels and float32's range."""
+    """A precision Lightning knows, which the device can run: no float16 on a CPU (its matmuls
+    run in software there, some hundred times slower than float32, where bfloat16 has fast
+    kernels and float32's range), no bfloat16 on a GPU without it (before Ampere)."""
     precision = str(cfg.trainer.get("precision"))
-    if precision in FLOAT16_PRECISIONS and _runs_on_cpu(str(cfg.trainer.get("accelerator"))):
+    if precision not in PRECISIONS:
+        raise UserError(f"trainer.precision={precision!r} is not one of {list(PRECISIONS)}")
+    accelerator = str(cfg.trainer.get("accelerator"))
+    if precision in FLOAT16_PRECISIONS and _runs_on_cpu(accelerator):
         raise UserError(
             f"trainer.precision={precision} on a CPU: float16 matmuls run about 100x slower than "
             "float32 there; use trainer.precision=bf16-mixed (or 32-true)"
         )
+    if precision.startswith("bf16") and accelerator in ("gpu", "cuda", "auto"):
+        import torch  # only for bfloat16 on a GPU, or on the auto accelerator: is there one?
+
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            raise UserError(
+                f"trainer.precision={precision}: this GPU ({torch.cuda.get_device_name()}) has "
+                "no bfloat16; use trainer.precision=16-mixed (float16 with loss scaling) or 32-true"
+            )
 
 
 def _runs_on_cpu(accelerator: str) -> bool:
@@ -233,8 +271,90 @@ def _runs_on_cpu(accelerator: str) -> bool:
     return not (torch.cuda.is_available() or torch.backends.mps.is_available())
 
 
-def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:
+DEVICES_VALID = "an integer >= 1, -1 (every device), auto, or a list of device indices"
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """No more processes than the machine has devices: CUDA GPUs, or CPU cores for DDP on the
+    CPU (more processes than cores only take turns, each slower than one process alone)."""
+    devices = cfg.trainer.get("devices", "auto")
+    count = device_count(devices)
+    if count is None or count <= 1:
+        return
+    accelerator = str(cfg.trainer.get("accelerator") or "auto")
+    if accelerator in ("gpu", "cuda", "auto"):
+        import torch  # only for a run that asks for several devices: how many GPUs are there?
+
+        gpus = torch.cuda.device_count()
+        if gpus or accelerator != "auto":
+            if count > gpus:
+                raise UserError(
+                    f"trainer.devices={devices} asks for {count} GPUs, but this machine has "
+                    f"{gpus} CUDA device(s): use trainer.devices<={max(gpus, 1)}"
+                    + ("" if gpus else " or trainer.accelerator=cpu")
+                )
+            return
+    elif accelerator != "cpu":
+        return  # tpu, mps, ...: Lightning counts them
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if count > (cores or 1):
+        raise UserError(
+            f"trainer.devices={devices} asks for {count} processes on the CPU, which has {cores} "
+            f"core(s) here: use trainer.devices<={cores}"
+        )
+
+
+def device_count(devices: Any) -> int | None:
+    """How many devices `trainer.devices` names; None for auto and -1 (every device)."""
+    if OmegaConf.is_list(devices) or isinstance(devices, list | tuple):
+        count: Any = len(devices)
+    elif isinstance(devices, str) and devices != "auto":
+        parts = [p for p in devices.split(",") if p.strip()]
+        if not parts or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            raise UserError(f"trainer.devices={devices!r} is not valid: use {DEVICES_VALID}")
+        count = len(parts) if "," in devices else int(devices)
+    else:
+        count = devices
+    if devices == "auto" or count == -1:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UserError(f"trainer.devices={devices!r} is not valid: use {DEVICES_VALID}")
+    return count
+
+
+def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
+    """A run directory holding checkpoints/last.ckpt resumes it. A model that differs from the
+    one saved beside it (config.yaml) is refused now, before torch loads; the run compares
+    the checkpoint itself again (`xfmr.training.run.resolve_checkpoint`)."""
+    if cfg.get("ckpt_path"):
+        return
     try:
-        return TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
+        run_dir = Path(str(cfg.paths.output_dir))
+        saved_cfg = OmegaConf.load(run_dir / "config.yaml")
+        saved = model_config(saved_cfg, vocab_size=1).to_dict()
+    except (OmegaConfBaseException, ValueError, OSError):  # no such run: nothing to compare
+        return
+    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return
+    ours = model.to_dict()
+    differs = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+    if differs:
+        detail = ", ".join(
+            f"{k}: checkpoint {saved.get(k)!r} vs config {ours.get(k)!r}" for k in differs
+        )
+        raise UserError(
+            f"{run_dir / 'checkpoints' / 'last.ckpt'}, which this run would resume, was trained "
+            f"with a different model ({detail}): keep the model settings to resume, or give "
+            "another hydra.run.dir for a new run"
+        )
+
+
+def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:
+    """The tokenizer settings; with kind=pretrained, a tokenizer.json that loads."""
+    try:
+        spec = TokenizerSpec(**OmegaConf.to_container(cfg.tokenizer, resolve=True))
+        if spec.kind == "pretrained":
+            read_tokenizer_file(spec.path)
+        return spec
     except (TypeError, ValueError) as e:
         raise UserError(f"tokenizer: {e}") from None

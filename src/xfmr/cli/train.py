@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
+from xfmr.cli.run_dir import discard_unused_run_dir
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.paths import config_dir
 
@@ -51,12 +52,14 @@ def train_job(cfg: DictConfig) -> float | None:
             print_config_tree(resolved, _TREE_ORDER)
         results = _run(resolved, overrides)
     except UserError as e:
+        discard_unused_run_dir()
         fail(PROG, str(e))
     except RunFailed as e:  # results.json says so too; the exit code tells a script or sweep
         fail(PROG, str(e), code=1)
     except RunInterrupted as e:  # 130: the shell's code for a job stopped by a signal
         fail(PROG, str(e), code=130)
     except OmegaConfBaseException as e:  # an interpolation or type error in the composed config
+        discard_unused_run_dir()
         fail(PROG, f"config: {e}".split("\n    full_key")[0])
     log.info("run directory: %s", resolved.paths.output_dir)
     metric = cfg.get("optimized_metric")
@@ -93,7 +96,20 @@ def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
     except InstantiationException as e:
         if isinstance(e.__cause__, UserError):  # a builder's own one-line message
             raise e.__cause__ from None
-        raise UserError(str(e).strip()) from None
+        raise UserError(instantiation_problem(e)) from None
+
+
+def instantiation_problem(error: Exception) -> str:
+    """One line from Hydra's "Error in call to target ... full_key: KEY" message: the config
+    section and what its constructor said."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    section = next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), None
+    )
+    said = str(error.__cause__).strip() if error.__cause__ is not None else ""
+    if not said:
+        said = "; ".join(line for line in lines if not line.startswith("full_key:"))
+    return f"{section}: {' '.join(said.split())}" if section else " ".join(said.split())
 
 
 def name_sweep_runs(cfg: DictConfig, hydra_cfg: DictConfig) -> None:

@@ -5,6 +5,7 @@ This module imports no torch, so the CLI can check a composed config before anyt
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -44,6 +45,13 @@ class PosConfig:
     max_distance: int = 128
     rotary_base: float = 10000.0
 
+    def __post_init__(self) -> None:
+        _check_types("pos.", self)
+        if self.max_positions is not None and self.max_positions < 1:
+            raise ValueError(
+                f"pos.max_positions={self.max_positions} must be a positive integer, or null"
+            )
+
 
 @dataclass
 class ModelConfig:
@@ -82,6 +90,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if isinstance(self.pos, dict):
             self.pos = PosConfig(**self.pos)
+        _check_types("", self)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         if self.n_decoder_layers is None:
@@ -103,6 +112,10 @@ class ModelConfig:
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1)")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps={self.norm_eps} must be a number > 0")
+        if self.init_std < 0:
+            raise ValueError(f"init_std={self.init_std} must be a number >= 0")
         self._check_arch_fields()
         self._check_positions()
 
@@ -161,6 +174,33 @@ def divisors(n: int) -> list[int]:
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
+
+
+# What a field's annotation accepts; bool is an int to Python, but never a number here.
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def _accepts(type_name: str, value: Any) -> bool:
+    if type_name == "None":
+        return value is None
+    if type_name == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    kinds = {"int": int, "float": int | float, "str": str}[type_name]
+    return isinstance(value, kinds) and (type_name == "str" or math.isfinite(value))
+
+
+def _check_types(prefix: str, config: Any) -> None:
+    """Each field of a plain type (int, float, bool, str, or that or None) holds one."""
+    for f in fields(config):
+        names = str(f.type).split(" | ")
+        if not set(names) <= {*_TYPE_NAMES, "None"}:
+            continue  # a nested config or a tuple
+        value = getattr(config, f.name)
+        if not any(_accepts(name, value) for name in names):
+            valid = " or ".join(_TYPE_NAMES.get(name, "null") for name in names)
+            raise ValueError(f"{prefix}{f.name}={value!r} must be {valid}")
 
 
 def _check_keys(section: str, values: dict[str, Any], cls: type) -> None:

@@ -16,6 +16,7 @@ from xfmr.sweeps.runner import JobRunner, run_grid
 from xfmr.sweeps.search import search_space, storage_spec
 from xfmr.sweeps.study import Search, SearchSettings
 from xfmr.sweeps.summary import failed_too_often, report, summarize, write_summary
+from xfmr.training.run_files import make_writable_dir
 
 log = logging.getLogger("xfmr")
 
@@ -25,7 +26,7 @@ def run_sweep(
 ) -> dict[str, Any]:
     """`sweeper` holds the `hydra.sweeper` settings; `arguments` are the command line's overrides."""
     sweep_dir = fix_sweep_dir(config)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    make_writable_dir(sweep_dir, key="hydra.sweep.dir")
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
     overrides = parse(hydra_context, [*_params(sweeper.params), *arguments])
     metric = str(config.get("optimized_metric") or "val/loss")

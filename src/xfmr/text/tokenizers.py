@@ -262,13 +262,27 @@ def train_tokenizer(spec: TokenizerSpec, texts: Iterator[str]) -> TextTokenizer:
     return TextTokenizer(tok)
 
 
+def read_tokenizer_file(path: str | Path) -> TextTokenizer:
+    """The tokenizer.json at `path` (tokenizer.path); a missing or unreadable file is a
+    ValueError naming it."""
+    file = Path(str(path)).expanduser()
+    if not file.is_file():
+        raise ValueError(f"tokenizer.path={str(file)!r} is not a file (expected a tokenizer.json)")
+    try:
+        return TextTokenizer.load(file)
+    except Exception as e:  # the library raises a bare Exception, whatever the fault
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"tokenizer.path={str(file)!r} is not a tokenizer.json the tokenizers library can "
+            f"read ({reason}): give a file saved by Tokenizer.save, e.g. a run's tokenizer.json"
+        ) from None
+
+
 def load_pretrained(spec: TokenizerSpec) -> TextTokenizer:
     """The tokenizer.json at `spec.path`, which must know every token in `spec.special_tokens`
     (the configured ones plus those the objective needs)."""
     path = Path(str(spec.path)).expanduser()
-    if not path.is_file():
-        raise ValueError(f"tokenizer.path={str(path)!r} is not a file (expected a tokenizer.json)")
-    tokenizer = TextTokenizer.load(path)
+    tokenizer = read_tokenizer_file(path)
     missing = [t for t in spec.special_tokens if tokenizer.token_to_id(t) is None]
     if missing:
         raise ValueError(

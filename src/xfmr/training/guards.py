@@ -1,10 +1,11 @@
-"""Callbacks that end a run early for a reason: a loss that is no longer a number, or a search
+"""What ends a run early for a reason: a loss or gradient that is no longer a number, or a search
 trial that its pruner judges unpromising."""
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -15,31 +16,87 @@ from xfmr.errors import RunFailed
 log = logging.getLogger("xfmr")
 
 
-class StopOnNonFiniteLoss(L.Callback):
-    """The first NaN or infinite training loss stops the run before its backward pass, so no
-    optimizer step is taken with it and the checkpoints on disk stay the last good ones."""
+class NonFiniteGuard:
+    """Judges every optimizer step after its backward pass and before the update: a loss or a
+    gradient that is not finite (NaN, inf) skips the step (no update, no schedule step), up to
+    `max_skips` times over the run; the next one stops the run with `RunFailed`, so the
+    checkpoints on disk stay the last good ones.
 
-    def __init__(self) -> None:
-        # The step and loss tensor of the last step that passed; read only when one fails, so
-        # a step costs one finiteness check, not a second device sync.
+    The loss and every gradient are reduced to one flag on the device, so a step costs one
+    device sync; under DDP the ranks add their flags, so all of them skip or stop together.
+    `XfmrModule.optimizer_step` calls it.
+    """
+
+    def __init__(self, max_skips: int = 0) -> None:
+        self.max_skips = max_skips
+        self.skipped: list[int] = []
+        # The step and loss tensor of the last step that passed; read only when one fails.
         self.last_finite: tuple[int, torch.Tensor] | None = None
 
-    def on_before_backward(self, trainer: L.Trainer, pl_module, loss: torch.Tensor) -> None:
-        if torch.isfinite(loss).all():
-            self.last_finite = (trainer.global_step, loss.detach())
-            return
+    def admit(
+        self,
+        step: int,
+        loss: torch.Tensor | None,
+        params: list[tuple[str, torch.nn.Parameter]],
+        agree: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> bool:
+        """True: take the step. False: skip it. `params`: those whose gradients to check
+        (none under fp16's loss scaler, which skips steps with inf gradients itself); `agree`
+        sums a count over the ranks."""
+        grads = [p.grad for _, p in params if p.grad is not None]
+        flags = [] if loss is None else [torch.isfinite(loss).all()]
+        if grads:  # the largest |g| of each: finite exactly when every element is
+            flags.append(torch.stack(torch._foreach_norm(grads, math.inf)).isfinite().all())
+        if not flags:
+            return True
+        bad = (~torch.stack(flags).all()).float()
+        if agree is not None:
+            bad = agree(bad)
+        if not bad.item():  # the step's one device sync
+            self.last_finite = (step, loss.detach()) if loss is not None else self.last_finite
+            return True
+        problem = describe_non_finite(step, loss, params)
+        if len(self.skipped) < self.max_skips:
+            self.skipped.append(step)
+            log.warning(
+                "step %d skipped, no update: %s (%d of nonfinite.max_skips=%d)",
+                step,
+                problem,
+                len(self.skipped),
+                self.max_skips,
+            )
+            return False
+        raise RunFailed(self.failure(problem))
+
+    def failure(self, problem: str) -> str:
         last = (
             f"the last finite loss was {float(self.last_finite[1]):.4g} at step "
             f"{self.last_finite[0]}"
             if self.last_finite
             else "no step had a finite loss"
         )
-        raise RunFailed(
-            f"training stopped: the loss is {float(loss)} at step {trainer.global_step} ({last}); "
-            "likely causes: optim.lr too high, too short a schedule.warmup_steps, or a low "
-            "precision (trainer.precision=32-true rules that out); the checkpoints in the run "
-            "directory are from before it"
+        if self.max_skips:
+            last += f"; skipped before: steps {self.skipped} (nonfinite.max_skips={self.max_skips})"
+        return (
+            f"training stopped: {problem} ({last}); likely causes: optim.lr too high, too short "
+            "a schedule.warmup_steps, or a low precision (trainer.precision=32-true rules that "
+            "out); the checkpoints in the run directory are from before it"
         )
+
+
+def describe_non_finite(
+    step: int, loss: torch.Tensor | None, params: list[tuple[str, torch.nn.Parameter]]
+) -> str:
+    """What was not finite at `step`: the loss, or the first parameter's gradient that was."""
+    if loss is not None and not torch.isfinite(loss).all():
+        return f"the loss is {float(loss)} at step {step}"
+    for name, param in params:
+        grad = param.grad
+        if grad is not None and not torch.isfinite(grad).all():
+            value = "nan" if torch.isnan(grad).any() else "inf"
+            at = f", where the loss is {float(loss):.4g}" if loss is not None else ""
+            return f"the gradient of {name} is {value} at step {step}{at}"
+    return f"a gradient on another rank is not finite at step {step}"
 
 
 class TrialPruning(L.Callback):

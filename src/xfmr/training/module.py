@@ -15,6 +15,7 @@ from torchmetrics.text import Perplexity
 
 from xfmr.nn import ModelConfig, build_model
 from xfmr.objectives import IGNORE_INDEX
+from xfmr.training.guards import NonFiniteGuard
 from xfmr.training.optim import param_groups
 
 
@@ -28,6 +29,9 @@ class XfmrModule(L.LightningModule):
     compile: run the training step's model and loss through `torch.compile`. Only training is
         compiled: validation (eval mode, no grad) and generation would each compile again for
         their own graphs and shapes, for steps that are few. The state dict is unchanged.
+    nonfinite_guard: judges each step's loss and gradients before the update; a step it
+        refuses is skipped whole: no optimizer step (AdamW's moments, step count and weight
+        decay stay as they were) and no schedule step.
     """
 
     def __init__(
@@ -39,6 +43,7 @@ class XfmrModule(L.LightningModule):
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         backbone_lr_scale: float = 1.0,
         compile: bool = False,
+        nonfinite_guard: NonFiniteGuard | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
@@ -50,6 +55,8 @@ class XfmrModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.backbone_lr_scale = backbone_lr_scale
+        self.nonfinite_guard = nonfinite_guard
+        self._last_step_taken = True
         self.val_loss = MeanMetric()
         metrics = getattr(
             objective, "metrics", lambda: {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
@@ -80,6 +87,37 @@ class XfmrModule(L.LightningModule):
         """fp16 mixed precision scales the loss (a GradScaler); bf16 has float32's range and
         does not."""
         return getattr(self.trainer.precision_plugin, "scaler", None) is not None
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Lightning runs the closure (training_step, zero_grad, backward) inside
+        `optimizer.step`; with a guard it runs first, so the step can be left out whole."""
+        if self.nonfinite_guard is None or optimizer_closure is None:
+            super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+            return
+        result = optimizer_closure()  # the loss / accumulate_grad_batches, as backward saw it
+        loss = None if result is None else result * self.trainer.accumulate_grad_batches
+        # fp16's loss scaler finds inf gradients itself, skips those steps and lowers its scale.
+        params = [] if self._loss_scaled() else list(self.named_parameters())
+        agree = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
+        self._last_step_taken = self.nonfinite_guard.admit(
+            self.trainer.global_step,
+            loss,
+            params,
+            agree=(lambda bad: agree(bad, reduce_op="sum")) if agree else None,
+        )
+        if self._last_step_taken:  # clipping and the hooks before the update run in here
+            optimizer.step(closure=lambda: result)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """The schedule follows the updates taken: a skipped step does not advance it."""
+        if self._last_step_taken:
+            super().lr_scheduler_step(scheduler, metric)
 
     def configure_gradient_clipping(
         self,

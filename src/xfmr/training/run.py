@@ -26,7 +26,7 @@ from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.checkpoint_io import SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.training.guards import StopOnNonFiniteLoss, TrialPruning
+from xfmr.training.guards import NonFiniteGuard, TrialPruning
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
@@ -83,6 +83,7 @@ def train(
         if ckpt_path:
             log.info("resuming from %s", ckpt_path)
 
+    nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
     module = XfmrModule(
         model_config=model_config,
         objective=objective,
@@ -90,6 +91,7 @@ def train(
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
         compile=bool(cfg.compile),
+        nonfinite_guard=nonfinite,
     )
     transfer = None
     if source and not ckpt_path:  # a resumed run already holds the transferred weights
@@ -107,14 +109,13 @@ def train(
         if nprocs > 1
         else nullcontext()
     )
-    nonfinite = StopOnNonFiniteLoss()
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
     stop_on_signal = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
     earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
         log_run_params(loggers, cfg, val_metrics=module.val_metrics)
-        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, nonfinite, stop_on_signal]
+        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, stop_on_signal]
         callbacks += [pruning] if pruning else []
         callbacks += [ContinuedCsvLog(earlier_rows)] if earlier_rows else []
         if not loggers:  # with logger=none there is nowhere to send learning rates
@@ -146,7 +147,11 @@ def train(
     results = summarize(
         trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
     )
-    results.update(status=status, optimized_metric=cfg.get("optimized_metric"))
+    results.update(
+        status=status,
+        optimized_metric=cfg.get("optimized_metric"),
+        skipped_steps=nonfinite.skipped,  # non-finite steps left out (nonfinite.max_skips)
+    )
     if failure:
         results["reason"] = failure
     if transfer is not None:

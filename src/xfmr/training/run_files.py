@@ -129,3 +129,19 @@ def describe(root: Path, limit: int = 12) -> str:
     if (root / CHECKPOINT_DIR).is_dir():
         shown += f"; {CHECKPOINT_DIR}/ holds: {', '.join(checkpoints) or 'no .ckpt files'}"
     return shown
+
+
+def make_writable_dir(path: Path, *, key: str) -> None:
+    """Create `path` (the directory `key` names) if need be and write a file in it; else one
+    UserError naming it, before any work that would be lost."""
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UserError(
+            f"{key}={str(path)!r} cannot be written ({e.strerror or e}): give a directory "
+            "xfmr-train can create and write in"
+        ) from None
