@@ -52,6 +52,7 @@ COMMON = [
     "data.batch_size=4",
     f"trainer.max_steps={STEPS}",
     "trainer.val_check_interval=4",
+    "schedule.warmup_steps=2",
     "trainer.limit_val_batches=2",
     "trainer.num_sanity_val_steps=0",
     "trainer.enable_model_summary=false",
@@ -106,7 +107,28 @@ def _parallel(root: Path) -> list[str]:
     return overrides
 
 
-FAMILIES = {"clm_text": _text, "mlm_nsp_documents": _documents, "seq2seq_parallel": _parallel}
+def _delimited(root: Path) -> list[str]:
+    rows = [(f"a fine warm film {n}", "1") for n in range(12)] + [
+        (f"a dull cold film {n}", "0") for n in range(12)
+    ]
+    for name, part in (("train", rows), ("dev", rows[::3])):
+        body = "".join(f"{text}\t{label}\n" for text, label in part)
+        (root / f"{name}.tsv").write_text("sentence\tlabel\n" + body)
+    return [
+        "arch=encoder",
+        "objective=classification",
+        "data=delimited",
+        f"data.train_path={root / 'train.tsv'}",
+        f"data.val_path={root / 'dev.tsv'}",
+    ]
+
+
+FAMILIES = {
+    "clm_text": _text,
+    "mlm_nsp_documents": _documents,
+    "seq2seq_parallel": _parallel,
+    "classification_delimited": _delimited,
+}
 
 
 def _train(root: Path, data: list[str], run_dir: Path, *extra: str, env=None):
@@ -162,10 +184,10 @@ def test_a_run_killed_anywhere_resumes_to_the_same_weights(tmp_path: Path, famil
     done = _train(tmp_path, data, reference)
     assert done.returncode == 0, done.output
     # Checkpoints: step-3, step-6, step-9 (periodic) and last.ckpt (at the validations after
-    # steps 4 and 8). Killed inside an epoch after step 5 (resumes from step 4), during the
-    # validation after step 8 (from step 6), and while step 9's checkpoint is being written,
-    # before its file exists (from step 8).
-    kills = [(5, "train"), (8, "validation")] + ([(9, "save")] if family == "clm_text" else [])
+    # steps 4 and 8). Killed inside an epoch after step 5 (resumes from step 4); for text also
+    # during the validation after step 8 (from step 6) and while step 9's checkpoint is being
+    # written, before its file exists (from step 8).
+    kills = [(5, "train")] + ([(8, "validation"), (9, "save")] if family == "clm_text" else [])
     for step, where in kills:
         run_dir = tmp_path / f"killed-{where}-{step}"
         kill = [

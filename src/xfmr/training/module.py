@@ -114,6 +114,14 @@ class XfmrModule(L.LightningModule):
         if self._last_step_taken:  # clipping and the hooks before the update run in here
             optimizer.step(closure=lambda: result)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.nonfinite_guard is not None:  # a resumed run counts the skips made before it
+            checkpoint["nonfinite_skipped"] = list(self.nonfinite_guard.skipped)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.nonfinite_guard is not None:
+            self.nonfinite_guard.skipped = list(checkpoint.get("nonfinite_skipped", []))
+
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """The schedule follows the updates taken: a skipped step does not advance it."""
         if self._last_step_taken:
