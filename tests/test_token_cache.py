@@ -423,3 +423,21 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
     # In memory the extra ids alone take 8 bytes a token (int64), 150 MB here; what the cached
     # path grows by is the sampler's list of windows and the pages of the file it touched.
     assert grown_bytes < 0.5 * 8 * grown_tokens, f"peak RSS grew by {grown_bytes / 1e6:.0f} MB"
+
+
+def test_a_later_run_does_not_count_the_corpus_again(tmp_path: Path, monkeypatch) -> None:
+    """Where the training split ends is known from the files' identity the second time, so a
+    large corpus is not read again just to find it; a changed file is counted afresh."""
+    from xfmr.text import token_cache
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    counted = []
+    real = token_cache._count_chars
+    monkeypatch.setattr(token_cache, "_count_chars", lambda files: counted.append(1) or real(files))
+    first = token_cache.count_chars([corpus], tmp_path / "cache")
+    assert token_cache.count_chars([corpus], tmp_path / "cache") == first == len(CORPUS)
+    assert len(counted) == 1
+    corpus.write_text(CORPUS + "more text\n")
+    assert token_cache.count_chars([corpus], tmp_path / "cache") == len(CORPUS) + 10
+    assert len(counted) == 2

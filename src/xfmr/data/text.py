@@ -114,7 +114,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         if self.path is None:  # text made in code or read from elsewhere (synthetic, data=hf)
             return head([self.split_text()[0]], max_bytes)
         files = self.files()
-        train_chars = int(count_chars(files) * (1.0 - self.val_fraction))
+        memo = self.cache_dir if self.cache else None
+        train_chars = int(count_chars(files, memo) * (1.0 - self.val_fraction))
         return head(text_pieces(files, 0, train_chars), max_bytes)
 
     def cached_files(self) -> list[Path] | None:

@@ -80,8 +80,32 @@ def text_pieces(files: Sequence[Path], start: int = 0, stop: int | None = None) 
                 yield block[max(0, start - begin) : None if stop is None else stop - begin]
 
 
-def count_chars(files: Sequence[Path]) -> int:
-    """Characters of the files' text; a file with no text in it is refused, as read_text does."""
+CHAR_COUNTS_FILE = "char_counts.json"
+
+
+def count_chars(files: Sequence[Path], memo_dir: str | Path | None = None) -> int:
+    """Characters of the files' text; a file with no text in it is refused, as read_text does.
+
+    With `memo_dir`, counts are kept in `memo_dir/char_counts.json` by the files' identity (path,
+    size, mtime), so a later run on the same files does not read a large corpus again to know
+    where its training split ends."""
+    if memo_dir is None:
+        return _count_chars(files)
+    memo_path = Path(memo_dir) / CHAR_COUNTS_FILE
+    key = cache_key({"sources": sources(files)})
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if isinstance(memo.get(key), int):
+        return memo[key]
+    total = _count_chars(files)
+    memo_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(memo_path, json.dumps({**memo, key: total}).encode())
+    return total
+
+
+def _count_chars(files: Sequence[Path]) -> int:
     total = 0
     for path in files:
         blank = True
@@ -593,7 +617,7 @@ def _save_npy(path: Path, array_: np.ndarray) -> None:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
