@@ -133,6 +133,7 @@ def compose_config(tmp_path: Path, overrides: list[str]):
                 *text_data,
                 "data.batch_size=4",
                 "trainer.max_steps=2",
+                "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
                 "trainer.val_check_interval=2",
                 "trainer.limit_val_batches=1",
                 "trainer.num_sanity_val_steps=0",
