@@ -5,6 +5,7 @@ Each failure is one `UserError` naming the key, the value and what would be vali
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ def check_config(cfg: DictConfig) -> None:
             )
     check_required(cfg)
     check_numbers(cfg)
+    check_init_from(cfg.get("init_from"))
     model = model_config(cfg, vocab_size=1)
     if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
         check_objective(cfg, model)
@@ -59,6 +61,17 @@ def check_required(cfg: DictConfig) -> None:
     for key, what in (cfg.get("required") or {}).items():
         if OmegaConf.select(cfg, key) in (None, ""):
             raise UserError(f"{key} is not set: this experiment needs {what}")
+
+
+def check_init_from(init_from: str | None) -> None:
+    """Hugging Face checkpoints are read by `transformers`, an optional dependency: without it,
+    say which extra installs it, before the run writes anything."""
+    if str(init_from or "").startswith("hf:") and importlib.util.find_spec("transformers") is None:
+        raise UserError(
+            f"init_from={init_from!r} reads Hugging Face checkpoints with the transformers "
+            "package, which is not installed: pip install 'xfmr[hf]' (in a checkout: "
+            "pip install -e '.[hf]')"
+        )
 
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
