@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.data.files import check_text_head, text_files
 from xfmr.errors import UserError
-from xfmr.nn.config import ModelConfig
+from xfmr.nn.config import ARCH_ONLY_KEYS, ModelConfig
 from xfmr.objectives.archs import (
     CONFIGURED_DATA_KINDS,
     DATA_CHOICES,
@@ -77,6 +77,16 @@ def check_init_from(init_from: str | None) -> None:
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
     """The model's dataclass from the `model` and `pos` sections; its errors become UserErrors."""
     values: dict[str, Any] = OmegaConf.to_container(cfg.model, resolve=True)
+    arch = values.get("arch", "decoder")
+    for key, archs in ARCH_ONLY_KEYS.items():
+        if arch in archs or key not in values:
+            continue
+        if values[key] is not None:
+            raise UserError(
+                f"model.{key}={values[key]!r} applies to arch in {list(archs)} only, not "
+                f"arch={arch}: leave it null"
+            )
+        del values[key]  # null: the key does not apply here
     values.update(pos=OmegaConf.to_container(cfg.pos, resolve=True), vocab_size=vocab_size)
     try:
         return ModelConfig.from_dict(values)
