@@ -149,6 +149,35 @@ def test_unknown_model_key_names_valid_keys() -> None:
         check_config(cfg)
 
 
+@pytest.mark.parametrize(
+    ("arch", "key", "value"),
+    [
+        ("decoder", "embed_scale", True),
+        ("encoder", "embed_scale", True),
+        ("encoder_decoder", "type_vocab_size", 2),
+        ("encoder_decoder", "n_decoder_layers", 3),
+        ("rnn", "rnn_cell", "gru"),
+    ],
+)
+def test_architecture_keys_are_set_without_a_plus(arch: str, key: str, value) -> None:
+    cfg = _compose([f"arch={arch}", f"model.{key}={value}"])  # Hydra takes it without `+`
+    assert getattr(model_config(cfg, vocab_size=8), key) == value
+
+
+@pytest.mark.parametrize(
+    ("arch", "key", "value"),
+    [
+        ("decoder", "rnn_cell", "gru"),
+        ("rnn", "embed_norm", True),
+        ("encoder", "scale_logits", True),
+    ],
+)
+def test_a_key_the_architecture_would_ignore_is_refused(arch: str, key: str, value) -> None:
+    cfg = _compose([f"arch={arch}", f"model.{key}={value}"])
+    with pytest.raises(UserError, match=f"model.{key}=.* applies to arch in .* not arch={arch}"):
+        model_config(cfg, vocab_size=8)
+
+
 def test_base_size_is_the_papers_base_transformer() -> None:
     """size=base with arch=encoder_decoder: 6+6 layers, d 512, FFN 2048, 8 heads, ~63M params
     with a shared 37k vocabulary (the paper reports 65M)."""

@@ -377,6 +377,34 @@ def test_an_input_longer_than_the_model_allows(decoder_run: Path, tmp_path: Path
     _fails_cleanly(result, "input ('the quick", f"{len(text)} tokens", "data.block_size=16")
 
 
+def test_generating_past_the_trained_length_warns_once_and_past_the_table_is_refused(
+    decoder_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Learned positions up to 32, trained on blocks of 16: positions 16..31 were never seen."""
+    from xfmr.errors import UserError
+    from xfmr.training.inference import check_new_tokens, text_task, warn_past_training_length
+    from xfmr.training.loading import load_run
+
+    result = _cli(
+        "generate",
+        [f"run_dir={decoder_run}", "input=the", "generation.max_new_tokens=20"],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.output
+    warning = "runs to 22 positions, past the 16 the model was trained on (data.block_size=16)"
+    assert result.stderr.count(warning) == 1, result.stderr
+    assert "pos=learned positions past it were never trained" in result.stderr
+    assert "generation.max_new_tokens<=14 stays within" in result.stderr
+
+    run = load_run(decoder_run)
+    task, rows = text_task(run), [[1, 2, 3]]
+    with caplog.at_level("WARNING", logger="xfmr"):
+        warn_past_training_length(run, task, rows, 14)
+    assert not caplog.records
+    with pytest.raises(UserError, match="generation.max_new_tokens=31 .* pos.max_positions=32"):
+        check_new_tokens(run, task, rows, 31)
+
+
 def _heavy_modules_loaded(args: list[str], cwd: Path) -> list[str]:
     probe = (
         "import sys\n"

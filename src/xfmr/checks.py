@@ -5,6 +5,7 @@ Each failure is one `UserError` naming the key, the value and what would be vali
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.data.files import check_text_head, text_files
 from xfmr.errors import UserError
-from xfmr.nn.config import ModelConfig
+from xfmr.nn.config import ARCH_ONLY_KEYS, ModelConfig
 from xfmr.objectives.archs import (
     CONFIGURED_DATA_KINDS,
     DATA_CHOICES,
@@ -39,6 +40,7 @@ def check_config(cfg: DictConfig) -> None:
             )
     check_required(cfg)
     check_numbers(cfg)
+    check_init_from(cfg.get("init_from"))
     model = model_config(cfg, vocab_size=1)
     if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
         check_objective(cfg, model)
@@ -61,9 +63,30 @@ def check_required(cfg: DictConfig) -> None:
             raise UserError(f"{key} is not set: this experiment needs {what}")
 
 
+def check_init_from(init_from: str | None) -> None:
+    """Hugging Face checkpoints are read by `transformers`, an optional dependency: without it,
+    say which extra installs it, before the run writes anything."""
+    if str(init_from or "").startswith("hf:") and importlib.util.find_spec("transformers") is None:
+        raise UserError(
+            f"init_from={init_from!r} reads Hugging Face checkpoints with the transformers "
+            "package, which is not installed: pip install 'xfmr[hf]' (in a checkout: "
+            "pip install -e '.[hf]')"
+        )
+
+
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
     """The model's dataclass from the `model` and `pos` sections; its errors become UserErrors."""
     values: dict[str, Any] = OmegaConf.to_container(cfg.model, resolve=True)
+    arch = values.get("arch", "decoder")
+    for key, archs in ARCH_ONLY_KEYS.items():
+        if arch in archs or key not in values:
+            continue
+        if values[key] is not None:
+            raise UserError(
+                f"model.{key}={values[key]!r} applies to arch in {list(archs)} only, not "
+                f"arch={arch}: leave it null"
+            )
+        del values[key]  # null: the key does not apply here
     values.update(pos=OmegaConf.to_container(cfg.pos, resolve=True), vocab_size=vocab_size)
     try:
         return ModelConfig.from_dict(values)

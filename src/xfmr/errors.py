@@ -16,3 +16,8 @@ class RunFailed(Exception):
 class RunInterrupted(Exception):
     """A run stopped by a signal (SIGINT, SIGTERM) after saving its state: the message says
     where, and the command that resumes it."""
+
+
+class DiskFull(RunFailed):
+    """No space left to write a file. Files are written whole or not at all
+    (`xfmr.files.atomic_path`), so the previous version of the file is intact."""

@@ -10,7 +10,7 @@ import sys
 
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
-from xfmr.errors import UserError
+from xfmr.errors import DiskFull, UserError
 from xfmr.training.run_files import periodic_checkpoints, run_directory
 
 PROG = "xfmr-average"
@@ -35,8 +35,8 @@ def main() -> None:
         from xfmr.training.averaging import average_checkpoints
 
         result = average_checkpoints(cfg.run_dir, last=cfg.last, out=cfg.out)
-    except UserError as e:
-        fail(PROG, str(e))
+    except (UserError, DiskFull) as e:
+        fail(PROG, str(e), code=1 if isinstance(e, DiskFull) else 2)
     averaged = ", ".join(f"{a['file']} (step {a['global_step']})" for a in result["averaged_from"])
     print(f"averaged {len(result['averaged_from'])} checkpoints: {averaged}")
     print(f"wrote {result['out']}")

@@ -7,7 +7,6 @@ directory, the data overrides and `generation.*` are checked before torch loads.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -19,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.checks import check_data
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args, progress
-from xfmr.errors import UserError
+from xfmr.errors import DiskFull, UserError
+from xfmr.files import atomic_write_text, write_json
 from xfmr.training.run_files import RunFiles, locate_run
 
 PROG = "xfmr-eval"
@@ -103,8 +103,7 @@ def _bleu(run: Any, datamodule: Any, settings: Any, batch_size: int, path: Path)
             run, datamodule, config=settings, batch_size=batch_size, on_batch=advance
         )
     outputs = [line.replace("\n", " ") for line in outputs]  # one output per line
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{line}\n" for line in outputs), encoding="utf-8")
+    atomic_write_text(path, "".join(f"{line}\n" for line in outputs))
     return {"bleu": corpus_bleu(outputs, references), "bleu_tokenize": "13a", "outputs": str(path)}
 
 
@@ -128,10 +127,9 @@ def main() -> None:
         data_config = data_with_overrides(OmegaConf.load(files.config), cfg.data)
         out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / "eval.json"
         report = _evaluate(cfg, files, data_config, out)
-    except UserError as e:
-        fail(PROG, str(e))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(out, report)
+    except (UserError, DiskFull) as e:
+        fail(PROG, str(e), code=1 if isinstance(e, DiskFull) else 2)
     print(summary(report))
     print(f"wrote {out}" + (f" and {report['outputs']}" if "outputs" in report else ""))
 

@@ -13,10 +13,13 @@ from omegaconf import DictConfig
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
-from xfmr.training.run_files import make_writable_dir
+from xfmr.training.run_files import CHECKPOINT_DIR, make_writable_dir
+from xfmr.training.run_lock import hold_run_dir
 
 # The run directory this process made, set by `RunDirectory` (one run per process).
 _made: list[Path] = []
+# What a run that began training leaves in its directory.
+_TRAINED = (CHECKPOINT_DIR, "results.json")
 
 
 class RunDirectory(Callback):
@@ -42,10 +45,16 @@ class RunDirectory(Callback):
 
 
 def discard_unused_run_dir() -> None:
-    """The run directory this run made, removed if it holds only Hydra's own files (.hydra/
-    and the job's log): the run was refused before it wrote anything."""
+    """The run directory this run made, removed if nothing trained there (no checkpoints/, no
+    results.json): the run was refused before it began, and everything in the directory is
+    this command's (Hydra's files, the log, the lock, a tokenizer). One that another process
+    started on the same path at the same moment holds locked is left to it."""
     for path in _made:
-        entries = list(path.iterdir()) if path.is_dir() else []
-        if all(e.name == ".hydra" or e.suffix == ".log" for e in entries):
-            shutil.rmtree(path, ignore_errors=True)
+        if not path.is_dir() or any((path / name).exists() for name in _TRAINED):
+            continue
+        try:
+            with hold_run_dir(path):
+                shutil.rmtree(path, ignore_errors=True)
+        except UserError:
+            continue
     _made.clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -83,6 +84,17 @@ def attach_trial(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
 
 
 def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
+    """Lock the run directory before torch loads, so one another process trains in is refused
+    at once; then train."""
+    from xfmr.training.run_lock import hold_run_dir, is_global_rank_zero
+
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with hold_run_dir(run_dir) if is_global_rank_zero() else nullcontext():
+        return _train(cfg, overrides)
+
+
+def _train(cfg: DictConfig, overrides: list[str]) -> dict | None:
     """Import the heavy parts only now; turn their complaints about a person's input into UserErrors."""
     from hydra.errors import InstantiationException
     from lightning.fabric.utilities.exceptions import MisconfigurationException

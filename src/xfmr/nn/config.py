@@ -25,6 +25,19 @@ ARCH_POSITIONS = {
 }
 # Segment (token-type) embeddings belong to an encoder stack (BERT).
 SEGMENT_ARCHS = ("encoder", "encoder_decoder")
+TRANSFORMER_ARCHS = ("decoder", "encoder", "encoder_decoder")
+# Model keys that only some architectures read. Every arch config declares them all, null
+# where they do not apply, so any of them is set without `+`; a value for an architecture
+# that would ignore it is refused (`xfmr.checks.model_config`).
+ARCH_ONLY_KEYS = {
+    "type_vocab_size": SEGMENT_ARCHS,
+    "embed_norm": TRANSFORMER_ARCHS,
+    "embed_scale": TRANSFORMER_ARCHS,
+    "n_decoder_layers": ("encoder_decoder",),
+    "share_embeddings": ("encoder_decoder",),
+    "scale_logits": ("encoder_decoder",),
+    "rnn_cell": ("rnn",),
+}
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from xfmr.files import write_json
 from xfmr.sweeps.search import is_finite
 
 log = logging.getLogger("xfmr")
@@ -103,10 +104,7 @@ def write_failure(
 ) -> None:
     """A results.json for a job that could not write its own (killed, exited early)."""
     record = {**results, "status": "failed", "reason": reason, "overrides": list(overrides)}
-    job_dir.mkdir(parents=True, exist_ok=True)
-    temporary = job_dir / f".{RESULTS_FILE}.tmp"
-    temporary.write_text(json.dumps(record, indent=2) + "\n")
-    temporary.replace(job_dir / RESULTS_FILE)
+    write_json(job_dir / RESULTS_FILE, record)
 
 
 def divide_threads(workers: int) -> None:

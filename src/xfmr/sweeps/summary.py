@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from xfmr.files import write_json
 from xfmr.sweeps.jobs import JobOutcome
 
 log = logging.getLogger("xfmr")
@@ -41,11 +41,10 @@ def summarize(
 
 
 def write_summary(sweep_dir: Path, summary: dict[str, Any]) -> Path:
-    """Written to a temporary name and renamed, so a reader never sees half a file."""
+    """Strict JSON, written to a temporary name and renamed, so a reader never sees half a
+    file."""
     path = sweep_dir / SUMMARY_FILE
-    temporary = sweep_dir / f".{SUMMARY_FILE}.tmp"
-    temporary.write_text(json.dumps(summary, indent=2) + "\n")
-    temporary.replace(path)
+    write_json(path, summary)
     return path
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from xfmr.errors import UserError
+from xfmr.files import atomic_path
 from xfmr.sweeps.jobs import divide_threads
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
@@ -27,7 +28,8 @@ def run_sweep(
     """`sweeper` holds the `hydra.sweeper` settings; `arguments` are the command line's overrides."""
     sweep_dir = fix_sweep_dir(config)
     make_writable_dir(sweep_dir, key="hydra.sweep.dir")
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    with atomic_path(sweep_dir / "multirun.yaml") as temporary:
+        OmegaConf.save(config, temporary)
     overrides = parse(hydra_context, [*_params(sweeper.params), *arguments])
     metric = str(config.get("optimized_metric") or "val/loss")
     direction = str(sweeper.direction)

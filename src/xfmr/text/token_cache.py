@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from xfmr.errors import UserError
+from xfmr.files import atomic_path, atomic_write_bytes
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
@@ -101,7 +102,7 @@ def count_chars(files: Sequence[Path], memo_dir: str | Path | None = None) -> in
         return memo[key]
     total = _count_chars(files)
     memo_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(memo_path, json.dumps({**memo, key: total}).encode())
+    atomic_write_bytes(memo_path, json.dumps({**memo, key: total}).encode())
     return total
 
 
@@ -427,7 +428,7 @@ def _build(
         "vocab_size": tokenizer.vocab_size,
         **layout,
     }
-    _write_atomic(directory / INDEX_FILE, json.dumps(index, indent=1).encode())
+    atomic_write_bytes(directory / INDEX_FILE, json.dumps(index, indent=1).encode())
     seconds = time.perf_counter() - started
     log.info(
         "token cache: built in %.1f s (%.1f MB/s), %d tokens, %.1f MB in %s",
@@ -610,19 +611,8 @@ class _TmpWriter:
 
 
 def _save_npy(path: Path, array_: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as temporary, open(temporary, "wb") as f:
         np.save(f, array_)
-    os.replace(tmp, path)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class _Progress:

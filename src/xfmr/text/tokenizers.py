@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from xfmr.files import atomic_path
 
 KINDS = ("char", "byte_bpe", "bpe", "wordpiece", "unigram", "pretrained")
 
@@ -181,7 +182,9 @@ class TextTokenizer:
         return None
 
     def save(self, path: str | Path) -> None:
-        self.tokenizer.save(str(path))
+        """Written whole or not at all (`xfmr.files.atomic_path`)."""
+        with atomic_path(path) as temporary:
+            self.tokenizer.save(str(temporary))
 
     @classmethod
     def load(cls, path: str | Path) -> TextTokenizer:
@@ -311,10 +314,7 @@ def fit_or_load(
     if path.is_file():
         return TextTokenizer.load(path), True
     tokenizer = train_tokenizer(spec, texts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tokenizer.save(tmp)
-    os.replace(tmp, path)  # atomic: concurrent jobs never read half a file
+    tokenizer.save(path)  # atomic: concurrent jobs never read half a file
     return tokenizer, False
 
 

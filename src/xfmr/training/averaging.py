@@ -4,13 +4,13 @@ checkpoints, averaged element-wise into one checkpoint that loads like any other
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from xfmr.errors import UserError
+from xfmr.files import atomic_path
 from xfmr.training.checkpoint_io import read_checkpoint
 from xfmr.training.export import tied_names
 from xfmr.training.run_files import (
@@ -41,10 +41,8 @@ def average_checkpoints(
     averaged["lr_schedulers"] = []
     averaged["averaged_from"] = [{"file": p.name, "global_step": step} for p, step in newest]
     target = Path(out) if out else root / CHECKPOINT_DIR / AVERAGED_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    torch.save(averaged, tmp)
-    os.replace(tmp, target)  # atomic: a reader never sees half a checkpoint
+    with atomic_path(target) as temporary:  # a reader never sees half a checkpoint
+        torch.save(averaged, temporary)
     return {
         "out": str(target),
         "global_step": newest[0][1],

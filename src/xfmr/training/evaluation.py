@@ -24,7 +24,9 @@ Progress = Callable[[int], None]  # called with how many examples were just done
 def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
     """The data module of `data_config`, encoded with the run's tokenizer and batched by its
     objective, as training built it."""
-    datamodule = instantiate(data_config)
+    # The run's own label set: a label's index is the one the model was trained with.
+    labels = getattr(run.objective, "label_names", None)
+    datamodule = instantiate(data_config, **({"labels": labels} if labels else {}))
     datamodule.attach(run.tokenizer, run.objective.collate)
     return datamodule
 

@@ -11,14 +11,13 @@ embedding's), and tied again on reading.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from xfmr.errors import UserError
+from xfmr.files import atomic_path, atomic_write_bytes
 from xfmr.training.checkpoint_io import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
 from xfmr.training.run_files import TOKENIZER_FILE, RunFiles
 
@@ -43,10 +42,8 @@ def export_weights(checkpoint: dict[str, Any], out: Path) -> dict[str, Any]:
         "tied": json.dumps(tied),
         "global_step": json.dumps(checkpoint.get("global_step")),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    save_file(tensors, tmp, metadata=metadata)
-    os.replace(tmp, out)  # atomic: a reader never sees half a file
+    with atomic_path(out) as temporary:  # a reader never sees half a file
+        save_file(tensors, temporary, metadata=metadata)
     return {"tensors": len(tensors), "tied": tied}
 
 
@@ -63,7 +60,7 @@ def export_run(files: RunFiles, out: Path) -> dict[str, Any]:
         )
     result = export_weights(read_checkpoint(files.checkpoint, mmap=True), out)
     if not beside.is_file():
-        shutil.copyfile(files.tokenizer, beside)
+        atomic_write_bytes(beside, files.tokenizer.read_bytes())
     return {**result, "out": str(out), "tokenizer": str(beside)}
 
 

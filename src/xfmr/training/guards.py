@@ -1,5 +1,5 @@
 """What ends a run early for a reason: a loss or gradient that is no longer a number, or a search
-trial that its pruner judges unpromising."""
+trial that its pruner judges unpromising; and what to say when a run runs out of memory."""
 
 from __future__ import annotations
 
@@ -97,6 +97,30 @@ def describe_non_finite(
             at = f", where the loss is {float(loss):.4g}" if loss is not None else ""
             return f"the gradient of {name} is {value} at step {step}{at}"
     return f"a gradient on another rank is not finite at step {step}"
+
+
+# How the allocators word running out: torch.OutOfMemoryError (CUDA, "CUDA out of memory"; MPS,
+# "MPS backend out of memory") and the CPU allocator's plain RuntimeError.
+_OUT_OF_MEMORY = ("out of memory", "can't allocate memory")
+
+
+def out_of_memory(error: BaseException, cfg: Any) -> str | None:
+    """The reason to report if `error` is the device or the host running out of memory (None
+    if it is not): which settings to lower, with their values in this run."""
+    if not isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        message = str(error).lower()
+        if not isinstance(error, RuntimeError) or not any(s in message for s in _OUT_OF_MEMORY):
+            return None
+    data = cfg.data
+    length_key = next((k for k in ("block_size", "max_length") if k in data), None)
+    length = f"data.{length_key}={data[length_key]}, " if length_key else ""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (
+        f"out of memory during training ({first_line[:160]}): lower data.batch_size="
+        f"{data.get('batch_size')} (trainer.accumulate_grad_batches keeps the effective batch), "
+        f"{length}or trainer.precision={cfg.trainer.get('precision')} (e.g. bf16-mixed); the "
+        "checkpoints in the run directory are from before it"
+    )
 
 
 class TrialPruning(L.Callback):

@@ -5,6 +5,7 @@ encoder fills each [MASK] with its most likely token."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from xfmr.generation import GenerationConfig, Hypothesis, generate
 from xfmr.nn.positions import PositionScheme
 from xfmr.objectives.span_corruption import pad_rows
 from xfmr.training.loading import LoadedRun
+
+log = logging.getLogger("xfmr")
 
 PAD_TOKENS = ("<pad>", "[PAD]")
 SUPPORTED = (
@@ -161,6 +164,50 @@ def check_new_tokens(run: LoadedRun, task: TextTask, rows: list[list[int]], new:
         )
 
 
+def warn_past_training_length(
+    run: LoadedRun, task: TextTask, rows: list[list[int]], new: int
+) -> None:
+    """Positions within the table but past the length the model was trained on are allowed,
+    with one warning: a learned table's rows there were never trained, and the other schemes
+    extrapolate (often poorly)."""
+    scheme = run.model_config.pos.name
+    trained, key = trained_length(run)
+    if task.kind == "fill_masks" or trained is None or run.model_config.arch == "rnn":
+        return
+    used = max(map(len, rows)) if task.kind == "continue" else 1
+    needed = used + new - 1
+    if needed <= trained:
+        return
+    what = "the longest input's" if task.kind == "continue" else "the decoder start's"
+    effect = (
+        "pos=learned positions past it were never trained, so the text there is unreliable"
+        if scheme == "learned"
+        else f"pos={scheme} extrapolates past it, often poorly"
+    )
+    log.warning(
+        "warning: generation.max_new_tokens=%d after %s %d tokens runs to %d positions, past "
+        "the %d the model was trained on (%s=%d): %s; generation.max_new_tokens<=%d stays within",
+        new,
+        what,
+        used,
+        needed,
+        trained,
+        key,
+        trained,
+        effect,
+        max(trained - used + 1, 0),
+    )
+
+
+def trained_length(run: LoadedRun) -> tuple[int | None, str]:
+    """The longest sequence the model was trained on, and the key that set it."""
+    data = run.config.get("data", {})
+    for key in ("block_size", "max_length"):
+        if data.get(key):
+            return int(data[key]), f"data.{key}"
+    return None, ""
+
+
 @torch.no_grad()
 def generate_rows(
     run: LoadedRun,
@@ -174,6 +221,7 @@ def generate_rows(
     """Hypotheses for each row of ids, decoded `batch_size` rows at a time (rows of similar
     length together: batching does not change what `generate` returns for a row)."""
     check_new_tokens(run, task, rows, config.max_new_tokens)
+    warn_past_training_length(run, task, rows, config.max_new_tokens)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     results: list[list[Hypothesis]] = [[] for _ in rows]
     for start in range(0, len(order), batch_size):

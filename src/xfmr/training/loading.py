@@ -4,6 +4,7 @@ the weights of a chosen checkpoint."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.checkpoint_io import MODEL_PREFIX, read_checkpoint
-from xfmr.training.run_files import RunFiles, locate_run
+from xfmr.training.run_files import LABELS_FILE, RunFiles, locate_run, read_labels
+
+log = logging.getLogger("xfmr")
 
 
 @dataclass
@@ -56,7 +59,7 @@ def load_run(
     config = OmegaConf.load(files.config)
     tokenizer = TextTokenizer.load(files.tokenizer)
     state = read_checkpoint(files.checkpoint)
-    objective = bind_objective(config, tokenizer)
+    objective = bind_objective(config, tokenizer, files.run_dir)
     model_config = ModelConfig.from_dict(state["hyper_parameters"]["model_config"])
     model = build_run_model(objective, model_config)
     load_weights(model, state["state_dict"], files.checkpoint)
@@ -72,13 +75,29 @@ def load_run(
     )
 
 
-def bind_objective(config: DictConfig, tokenizer: TextTokenizer) -> Any:
-    """The run's objective, bound to its tokenizer as `train` binds it."""
+def bind_objective(config: DictConfig, tokenizer: TextTokenizer, run_dir: Path) -> Any:
+    """The run's objective, bound to its tokenizer and label set as `train` binds them."""
     objective = instantiate(config.objective)
     objective.bind(tokenizer)
-    if hasattr(objective, "bind_labels"):  # the label set is the data's (classification)
-        objective.bind_labels(instantiate(config.data).label_names())
+    if hasattr(objective, "bind_labels"):  # classification, tagging
+        objective.bind_labels(trained_labels(config, run_dir))
     return objective
+
+
+def trained_labels(config: DictConfig, run_dir: Path) -> list[str]:
+    """The labels the run was trained on, from its labels.json. A run written before runs kept
+    them is given its training data's labels again, with a warning: they are right only if
+    that data has not changed since."""
+    labels = read_labels(run_dir)
+    if labels is not None:
+        return labels
+    log.warning(
+        "%s has no %s (written by an older xfmr-train): reading the label set from the "
+        "training data again, which is right only if the data has not changed since",
+        run_dir,
+        LABELS_FILE,
+    )
+    return instantiate(config.data).label_names()
 
 
 def build_run_model(objective: Any, model_config: ModelConfig) -> nn.Module:

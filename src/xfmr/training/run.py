@@ -5,9 +5,7 @@ Kept apart from the Hydra entry point so DDP workers, tests and notebooks call t
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -21,17 +19,22 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from xfmr.checks import model_config as model_config_for
-from xfmr.errors import RunFailed, RunInterrupted, UserError
+from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
+from xfmr.files import atomic_path, write_json
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.checkpoint_io import SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.training.guards import NonFiniteGuard, TrialPruning
+from xfmr.training.checkpoint_saving import AtomicCheckpointIO
+from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
+from xfmr.training.run_files import LABELS_FILE, read_labels
+from xfmr.training.run_lock import hold_run_dir, is_global_rank_zero
 from xfmr.training.transfer import (
+    InitSource,
     freeze_backbone,
     init_source,
     initialise_from,
@@ -49,17 +52,32 @@ def train(
 ) -> dict[str, Any] | None:
     """Train the experiment `cfg` (fully resolved) in `cfg.paths.output_dir`.
 
-    Returns the results written to `results.json` (None on DDP workers).
+    Returns the results written to `results.json` (None on DDP workers). The run directory is
+    locked while it trains (`xfmr.training.run_lock`): one training process per directory.
     """
-    started = time.time()
-    tidy_lightning_logging()
+    source = init_source(cfg.get("init_from"))  # a missing source fails before anything is written
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # DDP workers, and the other ranks of a run launched by torchrun or SLURM, train beside rank 0.
+    lock = hold_run_dir(run_dir) if not is_worker and is_global_rank_zero() else nullcontext()
+    with lock:
+        return _train(cfg, run_dir, source, is_worker=is_worker, overrides=overrides)
+
+
+def _train(
+    cfg: DictConfig,
+    run_dir: Path,
+    source: InitSource | None,
+    *,
+    is_worker: bool,
+    overrides: Sequence[str],
+) -> dict[str, Any] | None:
+    started = time.time()
+    tidy_lightning_logging()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate(cfg.data)
     objective = instantiate(cfg.objective)
-    source = init_source(cfg.get("init_from"))
     tokenizer = prepare_tokenizer(
         cfg,
         datamodule,
@@ -70,7 +88,7 @@ def train(
     )
     objective.bind(tokenizer)
     if hasattr(objective, "bind_labels"):  # the label set is the data's, known once it is read
-        objective.bind_labels(datamodule.label_names())
+        objective.bind_labels(run_labels(datamodule, run_dir, save=not is_worker))
     datamodule.attach(tokenizer, objective.collate)
     if source and source.kind == "hf":
         model_config = pretrained_model_config(cfg, source.path, objective).to_dict()
@@ -79,7 +97,8 @@ def train(
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
     if not is_worker:
         cfg.ckpt_path = ckpt_path
-        OmegaConf.save(cfg, run_dir / CONFIG_FILE)
+        with atomic_path(run_dir / CONFIG_FILE) as temporary:
+            OmegaConf.save(cfg, temporary)
         if ckpt_path:
             log.info("resuming from %s", ckpt_path)
 
@@ -128,19 +147,18 @@ def train(
             callbacks=callbacks,
             logger=loggers or False,
             default_root_dir=str(run_dir),
+            plugins=[AtomicCheckpointIO()],
         )
-        failure = None
-        try:
-            # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-        except RunFailed as e:
-            failure = str(e)
+        failure = fit(trainer, module, datamodule, ckpt_path=ckpt_path, cfg=cfg)
         status = run_status(trainer, failure, pruning, stop_on_signal)
         if status in ("completed", "pruned"):
             if not summary.history or summary.history[-1]["step"] != trainer.global_step:
                 trainer.validate(module, datamodule=datamodule, verbose=False)
                 summary.on_validation_end(trainer, module)
-            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+            try:
+                trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+            except DiskFull as e:
+                failure, status = str(e), "failed"
         finish_loggers(trainer, status)
     if is_worker or trainer.global_rank != 0:
         return None
@@ -156,12 +174,58 @@ def train(
         results["reason"] = failure
     if transfer is not None:
         results["init_from"] = {"source": str(source.path), **transfer.summary()}
-    write_results(run_dir, results)
+    try:
+        write_results(run_dir, results)
+    except DiskFull as e:  # the disk is still full: say why the run stopped, and this
+        raise RunFailed(f"{failure}; {e}" if failure else str(e)) from None
     if failure:
         raise RunFailed(failure)
     if status == "interrupted":
         raise RunInterrupted(interrupted_message(stop_on_signal, run_dir, overrides))
     return results
+
+
+def fit(
+    trainer: L.Trainer, module: XfmrModule, datamodule: Any, *, ckpt_path: str | None, cfg: Any
+) -> str | None:
+    """Train; the reason the run failed (a loss that is not a number, a full disk, memory run
+    out), or None. The checkpoints on disk are then the last ones written whole."""
+    try:
+        # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except RunFailed as e:
+        return str(e)
+    except (RuntimeError, MemoryError) as e:
+        reason = out_of_memory(e, cfg)
+        if reason is None:
+            raise
+        log.error("%s", e)
+        return reason
+    return None
+
+
+def run_labels(datamodule: Any, run_dir: Path, *, save: bool) -> list[str]:
+    """The data's label set (classification, tagging), kept in RUN_DIR/labels.json so the run
+    is used with the labels it was trained on however the data changes later. A run directory
+    that already holds other labels (a resume on changed data) is refused."""
+    labels = datamodule.label_names()
+    saved = read_labels(run_dir)
+    if saved is not None and saved != labels:
+        raise UserError(
+            f"the data's labels {_few(labels)} differ from {run_dir / LABELS_FILE}'s "
+            f"{_few(saved)}, which this run was trained on: train in a new run directory, or "
+            f"give data.labels=[{','.join(saved)}]"
+        )
+    if saved is None and save:
+        write_json(run_dir / LABELS_FILE, labels)
+    return labels
+
+
+def _few(labels: list[str], limit: int = 8) -> str:
+    shown = ", ".join(labels[:limit]) + (
+        f", ... ({len(labels)} in all)" if len(labels) > limit else ""
+    )
+    return f"[{shown}]"
 
 
 def run_status(
@@ -192,19 +256,7 @@ def interrupted_message(stop: StopOnSignal, run_dir: Path, overrides: Sequence[s
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:
     """Strict JSON (a metric that is not a number is null), written to a temporary name and
     renamed, so a reader sees the old file or the new one, never half of one."""
-    temporary = run_dir / f".{RESULTS_FILE}.tmp"
-    temporary.write_text(json.dumps(_finite(results), indent=2, allow_nan=False) + "\n")
-    temporary.replace(run_dir / RESULTS_FILE)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    write_json(run_dir / RESULTS_FILE, results)
 
 
 def _instantiate_all(section: DictConfig | None) -> list[Any]:

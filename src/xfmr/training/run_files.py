@@ -3,6 +3,8 @@ entry points that use a run answer a mistake in about a second.
 
     RUN_DIR/config.yaml                      the resolved config
     RUN_DIR/tokenizer.json                   the run's tokenizer
+    RUN_DIR/labels.json                      the label set (classification, tagging runs)
+    RUN_DIR/.lock                            held while xfmr-train trains here (its pid)
     RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
     RUN_DIR/checkpoints/step-NNNNNNN.ckpt    periodic checkpoints (callbacks.periodic_checkpoint)
     RUN_DIR/checkpoints/averaged.ckpt        their average (xfmr-average)
@@ -11,6 +13,7 @@ entry points that use a run answer a mistake in about a second.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from xfmr.errors import UserError
 
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"
+LABELS_FILE = "labels.json"
 CHECKPOINT_DIR = "checkpoints"
 # checkpoint=NAME picks checkpoints/NAME.ckpt; anything else is a path.
 CHECKPOINT_NAMES = ("best", "last", "averaged")
@@ -145,3 +149,18 @@ def make_writable_dir(path: Path, *, key: str) -> None:
             f"{key}={str(path)!r} cannot be written ({e.strerror or e}): give a directory "
             "xfmr-train can create and write in"
         ) from None
+
+
+def read_labels(root: Path) -> list[str] | None:
+    """The label set a classification or tagging run was trained on (RUN_DIR/labels.json);
+    None for a run without one (another objective, or written before runs kept their labels)."""
+    path = root / LABELS_FILE
+    if not path.is_file():
+        return None
+    try:
+        labels = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not a JSON list of labels ({e})") from None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise UserError(f"{path} is not a JSON list of labels (strings): {labels!r:.200}")
+    return labels

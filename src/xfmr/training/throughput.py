@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from xfmr.files import atomic_write_text
 from xfmr.nn.attention import CrossAttention
 from xfmr.nn.config import ModelConfig
 
@@ -228,10 +229,7 @@ def measured_peak_flops(
         )
     if cache is not None and not busy:
         known = {**_read_cache(cache), key: peak}  # another run may have added its own
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache.with_name(f".{cache.name}.{time.time_ns()}.tmp")
-        temporary.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n")
-        temporary.replace(cache)
+        atomic_write_text(cache, json.dumps(known, indent=2, sort_keys=True) + "\n")
     return peak
 
 

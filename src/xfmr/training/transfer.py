@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 from torch import nn
 
+from xfmr.checks import check_init_from
 from xfmr.errors import UserError
 from xfmr.training.checkpoint_io import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
 
@@ -46,6 +47,7 @@ def init_source(init_from: str | None) -> InitSource | None:
         return None
     text = str(init_from)
     if text.startswith("hf:"):
+        check_init_from(text)
         path = Path(text[3:]).expanduser()
         for needed in ("config.json", "tokenizer.json"):
             if not (path / needed).is_file():

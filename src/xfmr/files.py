@@ -1,0 +1,95 @@
+"""Files written whole or not at all: a temporary name beside the target, flushed to disk, then
+renamed over it. A kill at any moment leaves the previous complete file or the new complete
+file, never half of one; a failed write leaves the previous file as it was, and a full disk
+is a `DiskFull` error that names the file and says so.
+
+The temporary file sits in the target's own directory, so the rename never crosses filesystems
+(a rename across them is a copy, which a kill can interrupt).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from xfmr.errors import DiskFull
+
+# A full disk, or the user's quota used up.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yields a temporary path beside `target` to write to; when the block ends without an
+    error, the file is flushed to disk and renamed to `target`, else it is removed."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # Created with the usual permissions (mkstemp's are owner-only), which the rename keeps.
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        yield temporary
+        _fsync(temporary)
+        os.replace(temporary, target)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+            raise DiskFull(disk_full_message(target)) from None
+        raise
+    _fsync_dir(target.parent)
+
+
+def disk_full_message(target: Path) -> str:
+    kept = f"the previous {target.name} is intact" if target.exists() else "nothing was written"
+    return f"no space left on the device to write {target}: {kept}; free space and run again"
+
+
+def atomic_write_bytes(target: str | Path, data: bytes) -> None:
+    with atomic_path(target) as temporary:
+        temporary.write_bytes(data)
+
+
+def atomic_write_text(target: str | Path, text: str) -> None:
+    atomic_write_bytes(target, text.encode("utf-8"))
+
+
+def write_json(target: str | Path, value: Any) -> None:
+    """Strict JSON (a float that is not a number becomes null; no bare NaN), written atomically."""
+    atomic_write_text(target, json.dumps(finite(value), indent=2, allow_nan=False) + "\n")
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float replaced by None, so strict JSON can hold it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: Path) -> None:
+    """The rename itself reaches the disk (where the platform can open a directory)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)

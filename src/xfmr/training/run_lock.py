@@ -1,0 +1,71 @@
+"""One training process per run directory.
+
+`xfmr-train` holds an exclusive `flock` on RUN_DIR/.lock while it trains there, and writes its
+pid and host into the file for the message a second process gets. The operating system drops
+the lock when the holder exits in any way, SIGKILL included, so a stale file never blocks a
+later run. The file stays in place: removing it would let two processes lock two different
+files of the same name.
+
+The entry point takes the lock before it loads torch, so a second process is refused in a
+second or two; `train` takes it again, which within the process that holds it is a no-op.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from xfmr.errors import UserError
+
+LOCK_FILE = ".lock"
+# The environment that names this process's global rank: torchrun and xfmr's own DDP launcher
+# (RANK), SLURM (SLURM_PROCID), a single node's launchers (LOCAL_RANK).
+_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+# Run directories this process holds, and how many blocks hold each.
+_held: dict[Path, int] = {}
+
+
+@contextmanager
+def hold_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold `run_dir`'s lock for the block; a directory another live process holds is a
+    UserError naming it and the holder's pid."""
+    key = run_dir.resolve()
+    if key in _held:  # this process holds it already (flock would refuse a second descriptor)
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    handle = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(handle, 256, 0).decode(errors="replace").strip()
+            raise UserError(
+                f"run directory {run_dir} is in use: another training process "
+                f"({holder or 'pid not yet written'}) holds {run_dir / LOCK_FILE}; wait for it "
+                "to end, stop it, or train in another directory (hydra.run.dir=DIR)"
+            ) from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+    finally:
+        os.close(handle)  # closing the last descriptor releases the lock
+
+
+def is_global_rank_zero() -> bool:
+    """True unless the environment says this is another rank of a distributed run."""
+    for name in _RANK_VARIABLES:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name]) == 0
+    return True
