@@ -253,6 +253,38 @@ def test_a_run_directory_being_trained_in_is_refused_until_its_holder_dies(
         assert (run_dir / ".lock").read_text().startswith(f"pid {os.getpid()} ")
 
 
+def test_a_killed_holders_forked_children_do_not_keep_the_lock(tmp_path: Path) -> None:
+    """DataLoader workers are forked from the training process; after a kill -9 of that
+    process they linger a few seconds, and must not keep its directory locked."""
+    from xfmr.training.run_lock import hold_run_dir
+
+    holder = (
+        "import os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "from xfmr.training.run_lock import hold_run_dir\n"
+        "with hold_run_dir(Path(sys.argv[1])):\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        quiet = os.open(os.devnull, os.O_RDWR)\n"
+        "        os.dup2(quiet, 1), os.dup2(quiet, 2)\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    print(child, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", holder, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    child = int(proc.stdout)
+    try:
+        os.kill(child, 0)  # still alive, with the holder's descriptor of .lock
+        with hold_run_dir(tmp_path):
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def test_only_global_rank_zero_takes_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranks that torchrun or SLURM started train beside rank 0 in its directory."""
     from xfmr.training.run_lock import is_global_rank_zero

@@ -1,9 +1,11 @@
 """One training process per run directory.
 
-`xfmr-train` holds an exclusive `flock` on RUN_DIR/.lock while it trains there, and writes its
-pid and host into the file for the message a second process gets. The operating system drops
-the lock when the holder exits in any way, SIGKILL included, so a stale file never blocks a
-later run. The file stays in place: removing it would let two processes lock two different
+`xfmr-train` holds an exclusive POSIX lock (`lockf`) on RUN_DIR/.lock while it trains there,
+and writes its pid and host into the file for the message a second process gets. The operating
+system drops the lock when the holder exits in any way, SIGKILL included, so a stale file never
+blocks a later run. A POSIX lock belongs to the process, not to the open file: the DataLoader
+workers a run forks do not hold it, so a restart right after a kill -9 is not refused while
+they wind down (an `flock` would be shared with them). The file stays in place: removing it would let two processes lock two different
 files of the same name.
 
 The entry point takes the lock before it loads torch, so a second process is refused in a
@@ -12,6 +14,7 @@ second or two; `train` takes it again, which within the process that holds it is
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -34,7 +37,9 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir`'s lock for the block; a directory another live process holds is a
     UserError naming it and the holder's pid."""
     key = run_dir.resolve()
-    if key in _held:  # this process holds it already (flock would refuse a second descriptor)
+    # This process holds it already: a second descriptor would be granted the lock, and
+    # closing it would release the first's (POSIX locks are per process).
+    if key in _held:
         _held[key] += 1
         try:
             yield
@@ -44,8 +49,10 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
     handle = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
             holder = os.pread(handle, 256, 0).decode(errors="replace").strip()
             raise UserError(
                 f"run directory {run_dir} is in use: another training process "
@@ -60,7 +67,7 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
         finally:
             del _held[key]
     finally:
-        os.close(handle)  # closing the last descriptor releases the lock
+        os.close(handle)  # releases the lock
 
 
 def is_global_rank_zero() -> bool:
