@@ -365,6 +365,7 @@ def test_ddp_processes_stream_their_shares_past_the_end_of_a_pass(tmp_path: Path
             "trainer=ddp",
             "trainer.accelerator=cpu",
             "trainer.max_steps=24",
+            "schedule.warmup_steps=2",
             "trainer.val_check_interval=12",
             "trainer.limit_val_batches=2",
             "trainer.num_sanity_val_steps=0",

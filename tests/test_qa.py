@@ -276,7 +276,7 @@ def test_qa_needs_question_data_and_two_segments(tmp_path: Path) -> None:
         check_config(
             compose_config(tmp_path, ["experiment=bert_squad", *squad, "data.max_length=256"])
         )
-    with pytest.raises(UserError, match="data.doc_stride=0 must be a positive number"):
+    with pytest.raises(UserError, match="data.doc_stride=0 is not valid: use an integer >= 1"):
         check_config(
             compose_config(tmp_path, ["experiment=bert_squad", *squad, "data.doc_stride=0"])
         )

@@ -224,7 +224,7 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sign
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # generous: a loaded machine starts slowly
     while not list((run_dir / "checkpoints").glob("step-*.ckpt")):  # training is under way
         assert proc.poll() is None and time.monotonic() < deadline, (
             proc.stdout.read() if proc.stdout else ""
@@ -232,8 +232,8 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sign
         time.sleep(0.2)
     sent = time.monotonic()
     proc.send_signal(signum)
-    output, _ = proc.communicate(timeout=60)
-    assert time.monotonic() - sent < 30
+    output, _ = proc.communicate(timeout=120)
+    assert time.monotonic() - sent < 60  # one tiny step, a checkpoint and results.json
     assert proc.returncode == 130, output
     name = signal.Signals(signum).name
     assert f"{name}: stopped after step" in output
