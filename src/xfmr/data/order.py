@@ -173,7 +173,8 @@ class TrainingLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.order.epoch, "position": self.position, "seed": self.seed}
+        # The epoch and seed come back through Lightning's loop state and the run's config.
+        return {"position": self.position}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         self.position = int(state_dict.get("position", 0))
