@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt_throughput import NANOGPT_LINE, SETTLE_STEPS, prepare_nanogpt  # noqa: E402
 
 from xfmr.objectives import IGNORE_INDEX  # noqa: E402
-from xfmr.training.evaluation import attach_data, evaluate_loss  # noqa: E402
-from xfmr.training.loading import load_run  # noqa: E402
+from xfmr.runs.evaluation import attach_data, evaluate_loss  # noqa: E402
+from xfmr.runs.loading import load_run  # noqa: E402
 
 SEED_LINE = "torch.manual_seed(1337 + seed_offset)"
 EVAL_EVERY = 250  # nanoGPT's train_shakespeare_char and xfmr's experiment both

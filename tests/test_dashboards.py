@@ -207,7 +207,7 @@ def test_prepare_mlflow_store_creates_the_sweeps_experiment_once(
     from mlflow.tracking import MlflowClient
 
     from xfmr.paths import config_dir
-    from xfmr.training.loggers import prepare_mlflow_store
+    from xfmr.sweeps.stores import prepare_mlflow_store
 
     monkeypatch.chdir(tmp_path)
     GlobalHydra.instance().clear()

@@ -219,7 +219,7 @@ def _wait_for_holder(lock: Path, proc: subprocess.Popen, timeout: float = 120) -
 def test_a_run_directory_being_trained_in_is_refused_until_its_holder_dies(
     tmp_path: Path, corpus: Path
 ) -> None:
-    from xfmr.training.run_lock import hold_run_dir
+    from xfmr.run_dir.lock import hold_run_dir
 
     run_dir = tmp_path / "run"
     args = [
@@ -256,12 +256,12 @@ def test_a_run_directory_being_trained_in_is_refused_until_its_holder_dies(
 def test_a_killed_holders_forked_children_do_not_keep_the_lock(tmp_path: Path) -> None:
     """DataLoader workers are forked from the training process; after a kill -9 of that
     process they linger a few seconds, and must not keep its directory locked."""
-    from xfmr.training.run_lock import hold_run_dir
+    from xfmr.run_dir.lock import hold_run_dir
 
     holder = (
         "import os, signal, sys, time\n"
         "from pathlib import Path\n"
-        "from xfmr.training.run_lock import hold_run_dir\n"
+        "from xfmr.run_dir.lock import hold_run_dir\n"
         "with hold_run_dir(Path(sys.argv[1])):\n"
         "    child = os.fork()\n"
         "    if child == 0:\n"
@@ -287,7 +287,7 @@ def test_a_killed_holders_forked_children_do_not_keep_the_lock(tmp_path: Path) -
 
 def test_only_global_rank_zero_takes_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranks that torchrun or SLURM started train beside rank 0 in its directory."""
-    from xfmr.training.run_lock import is_global_rank_zero
+    from xfmr.run_dir.lock import is_global_rank_zero
 
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -310,7 +310,7 @@ def test_a_run_keeps_its_labels_when_the_training_file_moves_or_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from xfmr.cli.eval import main as eval_main
-    from xfmr.training.loading import load_run
+    from xfmr.runs.loading import load_run
     from xfmr.training.run import train
 
     train_file, val_file = tmp_path / "train.tsv", tmp_path / "val.tsv"
@@ -343,7 +343,7 @@ def test_a_run_without_labels_json_reads_them_again_with_a_warning(
 ) -> None:
     from omegaconf import OmegaConf
 
-    from xfmr.training.loading import trained_labels
+    from xfmr.runs.loading import trained_labels
 
     tsv = tmp_path / "train.tsv"
     tsv.write_text(LABELLED)

@@ -17,7 +17,7 @@ import torch
 from conftest import CORPUS, TINY, compose_config, run_cli
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
-from xfmr.training.checkpoint_io import read_checkpoint
+from xfmr.run_dir.checkpoints import read_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -180,7 +180,7 @@ def test_export_loads_into_a_fresh_model_with_safetensors_alone(run: Path, expor
     from safetensors import safe_open
     from safetensors.torch import load_model
 
-    from xfmr.training.loading import load_run
+    from xfmr.runs.loading import load_run
 
     with safe_open(str(exported), framework="pt") as file:
         metadata = file.metadata()
@@ -200,7 +200,7 @@ def test_export_loads_into_a_fresh_model_with_safetensors_alone(run: Path, expor
 def test_export_is_a_checkpoint_for_eval_generate_and_init_from(
     run: Path, exported: Path, tmp_path: Path
 ) -> None:
-    from xfmr.training.loading import load_run
+    from xfmr.runs.loading import load_run
     from xfmr.training.run import resolve_checkpoint, train
 
     loaded = load_run(run, checkpoint=exported)

@@ -106,7 +106,7 @@ def test_average_is_the_mean_of_the_newest_checkpoints_by_stored_step(
 ) -> None:
     """Four known checkpoints whose names order them differently from their stored steps:
     the newest three by step hold 1, 2 and 6 everywhere, the oldest 100."""
-    from xfmr.training.averaging import average_checkpoints
+    from xfmr.runs.averaging import average_checkpoints
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -314,7 +314,7 @@ def test_generate_translates_a_file_in_batches_with_beams(
 
 
 def test_generate_fills_masks_with_an_mlm_encoder(encoder_run: Path, tmp_path: Path) -> None:
-    from xfmr.training.loading import load_run
+    from xfmr.runs.loading import load_run
 
     text = "the [MASK]uick [MASK]ox"
     result = _cli("generate", [f"run_dir={encoder_run}", f"input={text}"], tmp_path)
@@ -382,8 +382,8 @@ def test_generating_past_the_trained_length_warns_once_and_past_the_table_is_ref
 ) -> None:
     """Learned positions up to 32, trained on blocks of 16: positions 16..31 were never seen."""
     from xfmr.errors import UserError
-    from xfmr.training.inference import check_new_tokens, text_task, warn_past_training_length
-    from xfmr.training.loading import load_run
+    from xfmr.runs.inference import check_new_tokens, text_task, warn_past_training_length
+    from xfmr.runs.loading import load_run
 
     result = _cli(
         "generate",

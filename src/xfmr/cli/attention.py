@@ -12,7 +12,7 @@ from pathlib import Path
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args
 from xfmr.errors import UserError
-from xfmr.training.run_files import locate_run
+from xfmr.run_dir.files import locate_run
 
 PROG = "xfmr-attention"
 ENTRY = EntryPoint(
@@ -36,8 +36,8 @@ def main() -> None:
         if not cfg.input:
             raise UserError("input is not set: give input=TEXT, the text whose attention to draw")
         out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / "attention"
-        from xfmr.training.attention_maps import attention_maps, save_heatmaps
-        from xfmr.training.loading import load_run
+        from xfmr.runs.attention import attention_maps, save_heatmaps
+        from xfmr.runs.loading import load_run
 
         run = load_run(files.run_dir, checkpoint=files.checkpoint, device=cfg.device)
         maps = attention_maps(run, str(cfg.input), config=settings)

@@ -11,7 +11,7 @@ import sys
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import DiskFull, UserError
-from xfmr.training.run_files import periodic_checkpoints, run_directory
+from xfmr.run_dir.files import periodic_checkpoints, run_directory
 
 PROG = "xfmr-average"
 ENTRY = EntryPoint(
@@ -32,7 +32,7 @@ def main() -> None:
         if not isinstance(cfg.last, int) or cfg.last < 1:
             raise UserError(f"last={cfg.last!r} must be a positive integer (how many to average)")
         periodic_checkpoints(run_directory(cfg.run_dir), at_least=cfg.last)
-        from xfmr.training.averaging import average_checkpoints
+        from xfmr.runs.averaging import average_checkpoints
 
         result = average_checkpoints(cfg.run_dir, last=cfg.last, out=cfg.out)
     except (UserError, DiskFull) as e:

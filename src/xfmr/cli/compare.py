@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from xfmr.cli.common import fail
-from xfmr.compare.formats import FORMATS, render
-from xfmr.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
-from xfmr.compare.table import Ranking, Table, group_table, grouping_keys, run_table
 from xfmr.errors import UserError
+from xfmr.runs.compare.formats import FORMATS, render
+from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
+from xfmr.runs.compare.table import Ranking, Table, group_table, grouping_keys, run_table
 
 PROG = "xfmr-compare"
 DEFAULT_METRIC = "val/loss"
@@ -88,7 +88,7 @@ def compare(args: argparse.Namespace) -> None:
     tables = [per_run] if keys is None else [group_table(runs, keys, ranking), per_run]
     render(tables[0], args.format)
     if args.plot:
-        from xfmr.compare.figures import metric_curves, save_curves_png
+        from xfmr.runs.compare.figures import metric_curves, save_curves_png
 
         save_curves_png(metric_curves(runs, metric), metric, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -108,8 +108,8 @@ def choose_metric(runs: list[Run], requested: str | None) -> str:
 
 
 def write_html(path: Path, tables: list[Table], runs: list[Run], ranking: Ranking) -> None:
-    from xfmr.compare.figures import metric_curves
-    from xfmr.compare.page import write_page
+    from xfmr.runs.compare.figures import metric_curves
+    from xfmr.runs.compare.page import write_page
 
     write_page(
         path, tables=tables, curves=metric_curves(runs, ranking.metric), runs=runs, ranking=ranking

@@ -20,7 +20,7 @@ from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args, progress
 from xfmr.errors import DiskFull, UserError
 from xfmr.files import atomic_write_text, write_json
-from xfmr.training.run_files import RunFiles, locate_run
+from xfmr.run_dir.files import RunFiles, locate_run
 
 PROG = "xfmr-eval"
 ENTRY = EntryPoint(
@@ -68,8 +68,8 @@ def outputs_path(report: Path) -> Path:
 def _evaluate(cfg: DictConfig, files: RunFiles, data_config: DictConfig, out: Path) -> dict:
     import torch
 
-    from xfmr.training.evaluation import attach_data, evaluate_loss
-    from xfmr.training.loading import load_run
+    from xfmr.runs.evaluation import attach_data, evaluate_loss
+    from xfmr.runs.loading import load_run
 
     started = time.time()
     settings, batch_size = generation_settings(cfg.generation)
@@ -96,7 +96,7 @@ def _evaluate(cfg: DictConfig, files: RunFiles, data_config: DictConfig, out: Pa
 
 
 def _bleu(run: Any, datamodule: Any, settings: Any, batch_size: int, path: Path) -> dict:
-    from xfmr.training.evaluation import corpus_bleu, translate_validation
+    from xfmr.runs.evaluation import corpus_bleu, translate_validation
 
     with progress(len(datamodule.val_pairs), "decoding") as advance:
         outputs, references = translate_validation(

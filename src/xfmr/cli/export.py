@@ -12,7 +12,7 @@ from pathlib import Path
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import UserError
-from xfmr.training.run_files import EXPORT_FILE, locate_run
+from xfmr.run_dir.files import EXPORT_FILE, locate_run
 
 PROG = "xfmr-export"
 ENTRY = EntryPoint(
@@ -32,7 +32,7 @@ def main() -> None:
     try:
         files = locate_run(cfg.run_dir, cfg.checkpoint)
         out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / EXPORT_FILE
-        from xfmr.training.export import export_run
+        from xfmr.runs.export import export_run
 
         result = export_run(files, out)
     except UserError as e:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args, progress
 from xfmr.errors import UserError
-from xfmr.training.run_files import locate_run
+from xfmr.run_dir.files import locate_run
 
 PROG = "xfmr-generate"
 ENTRY = EntryPoint(
@@ -59,14 +59,14 @@ def read_inputs(cfg: DictConfig) -> tuple[list[str], list[str]]:
 
 def _generate(cfg: DictConfig, texts: list[str], names: list[str]) -> list[list[str]]:
     """The outputs for each input (n_best of them), from the heavy parts imported only now."""
-    from xfmr.training.inference import (
+    from xfmr.runs.inference import (
         encode_inputs,
         fill_masks,
         generate_rows,
         hypothesis_text,
         text_task,
     )
-    from xfmr.training.loading import load_run
+    from xfmr.runs.loading import load_run
 
     settings, batch_size = generation_settings(cfg.generation)
     run = load_run(cfg.run_dir, checkpoint=cfg.checkpoint, device=cfg.device)

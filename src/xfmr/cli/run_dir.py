@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
-from xfmr.training.run_files import CHECKPOINT_DIR, make_writable_dir
-from xfmr.training.run_lock import hold_run_dir
+from xfmr.run_dir.files import CHECKPOINT_DIR, make_writable_dir
+from xfmr.run_dir.lock import hold_run_dir
 
 # The run directory this process made, set by `RunDirectory` (one run per process).
 _made: list[Path] = []

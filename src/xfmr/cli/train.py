@@ -86,7 +86,7 @@ def attach_trial(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
 def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
     """Lock the run directory before torch loads, so one another process trains in is refused
     at once; then train."""
-    from xfmr.training.run_lock import hold_run_dir, is_global_rank_zero
+    from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
+from xfmr.run_dir.files import make_writable_dir
 from xfmr.sweeps.jobs import divide_threads
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
 from xfmr.sweeps.search import search_space, storage_spec
 from xfmr.sweeps.study import Search, SearchSettings
 from xfmr.sweeps.summary import failed_too_often, report, summarize, write_summary
-from xfmr.training.run_files import make_writable_dir
 
 log = logging.getLogger("xfmr")
 
@@ -94,7 +94,7 @@ def prepare_loggers(config: DictConfig) -> None:
     """A store that parallel jobs share is created once, here, before they start."""
     if (config.get("logger") or {}).get("mlflow") is None:
         return
-    from xfmr.training.loggers import prepare_mlflow_store
+    from xfmr.sweeps.stores import prepare_mlflow_store
 
     prepare_mlflow_store(config)
 

@@ -1,1 +1,2 @@
-"""The LightningModule, optimizers, schedules, callbacks, and the training run itself."""
+"""Training a run: the LightningModule, optimizers, schedules, callbacks, guards, loggers,
+and `train(cfg)` itself."""

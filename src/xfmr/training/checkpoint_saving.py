@@ -8,7 +8,7 @@ move copies into the target itself, so a kill mid-copy leaves half a checkpoint 
 name, and a small /tmp fails saves the run directory had room for. Here the temporary file sits
 in the checkpoint's own directory and is flushed before the rename (`xfmr.files.atomic_path`).
 
-Apart from `xfmr.training.checkpoint_io` (reading), which the entry points that only use a run
+Apart from `xfmr.run_dir.checkpoints` (reading), which the entry points that only use a run
 import without Lightning.
 """
 

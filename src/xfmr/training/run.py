@@ -21,18 +21,18 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.checks import model_config as model_config_for
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
+from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.files import LABELS_FILE, read_labels
+from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 from xfmr.training.callbacks import RunSummary, TextSample
-from xfmr.training.checkpoint_io import SAFETENSORS_SUFFIX, read_checkpoint
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
 from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
-from xfmr.training.run_files import LABELS_FILE, read_labels
-from xfmr.training.run_lock import hold_run_dir, is_global_rank_zero
 from xfmr.training.transfer import (
     InitSource,
     freeze_backbone,
@@ -53,7 +53,7 @@ def train(
     """Train the experiment `cfg` (fully resolved) in `cfg.paths.output_dir`.
 
     Returns the results written to `results.json` (None on DDP workers). The run directory is
-    locked while it trains (`xfmr.training.run_lock`): one training process per directory.
+    locked while it trains (`xfmr.run_dir.lock`): one training process per directory.
     """
     source = init_source(cfg.get("init_from"))  # a missing source fails before anything is written
     run_dir = Path(cfg.paths.output_dir)

@@ -14,7 +14,7 @@ from torch import nn
 
 from xfmr.checks import check_init_from
 from xfmr.errors import UserError
-from xfmr.training.checkpoint_io import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.checkpoints import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
 
 log = logging.getLogger("xfmr")
 

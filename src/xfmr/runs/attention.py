@@ -13,8 +13,8 @@ import torch
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
 from xfmr.nn.attention import record_attention
-from xfmr.training.inference import TextTask, encode_inputs, generate_rows, text_task
-from xfmr.training.loading import LoadedRun
+from xfmr.runs.inference import TextTask, encode_inputs, generate_rows, text_task
+from xfmr.runs.loading import LoadedRun
 
 
 @dataclass

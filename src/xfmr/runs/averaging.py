@@ -11,14 +11,14 @@ import torch
 
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
-from xfmr.training.checkpoint_io import read_checkpoint
-from xfmr.training.export import tied_names
-from xfmr.training.run_files import (
+from xfmr.run_dir.checkpoints import read_checkpoint
+from xfmr.run_dir.files import (
     AVERAGED_FILE,
     CHECKPOINT_DIR,
     periodic_checkpoints,
     run_directory,
 )
+from xfmr.runs.export import tied_names
 
 
 def average_checkpoints(

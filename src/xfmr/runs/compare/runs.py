@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from xfmr.errors import UserError
-from xfmr.training.run_files import describe
+from xfmr.run_dir.files import describe
 
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "sweep.json"

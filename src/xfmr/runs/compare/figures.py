@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xfmr.compare.runs import Run, integer
-from xfmr.compare.table import differing_keys, run_labels
+from xfmr.runs.compare.runs import Run, integer
+from xfmr.runs.compare.table import differing_keys, run_labels
 
 
 @dataclass(frozen=True)

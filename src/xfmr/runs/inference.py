@@ -15,7 +15,7 @@ from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig, Hypothesis, generate
 from xfmr.nn.positions import PositionScheme
 from xfmr.objectives.span_corruption import pad_rows
-from xfmr.training.loading import LoadedRun
+from xfmr.runs.loading import LoadedRun
 
 log = logging.getLogger("xfmr")
 

@@ -18,8 +18,8 @@ import torch
 
 from xfmr.errors import UserError
 from xfmr.files import atomic_path, atomic_write_bytes
-from xfmr.training.checkpoint_io import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.training.run_files import TOKENIZER_FILE, RunFiles
+from xfmr.run_dir.checkpoints import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.files import TOKENIZER_FILE, RunFiles
 
 METADATA_FORMAT = "pt"  # Hugging Face's loaders check `format` before reading the tensors
 

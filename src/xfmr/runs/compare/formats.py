@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any, TextIO
 
-from xfmr.compare.table import Table
+from xfmr.runs.compare.table import Table
 
 FORMATS = ("table", "csv", "json", "markdown")
 ROW_STYLES = {"failed": "red", "pruned": "yellow", "interrupted": "yellow"}

@@ -35,7 +35,7 @@ def read_checkpoint(path: Path, *, key: str = "checkpoint", mmap: bool = False) 
     them (cheap when only a few are needed)."""
     name = f"{key}={str(path)!r}"
     if Path(path).suffix == SAFETENSORS_SUFFIX:
-        from xfmr.training.export import read_exported
+        from xfmr.runs.export import read_exported
 
         return read_exported(Path(path), name)
     state = safe_load(Path(path), name, mmap=mmap)

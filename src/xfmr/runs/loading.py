@@ -16,9 +16,9 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
+from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
+from xfmr.run_dir.files import LABELS_FILE, RunFiles, locate_run, read_labels
 from xfmr.text.tokenizers import TextTokenizer
-from xfmr.training.checkpoint_io import MODEL_PREFIX, read_checkpoint
-from xfmr.training.run_files import LABELS_FILE, RunFiles, locate_run, read_labels
 
 log = logging.getLogger("xfmr")
 

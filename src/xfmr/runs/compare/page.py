@@ -10,10 +10,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from xfmr.compare.figures import Curve
-from xfmr.compare.formats import cell_text, numeric_columns
-from xfmr.compare.runs import Run
-from xfmr.compare.table import Ranking, Table, differing_keys
+from xfmr.runs.compare.figures import Curve
+from xfmr.runs.compare.formats import cell_text, numeric_columns
+from xfmr.runs.compare.runs import Run
+from xfmr.runs.compare.table import Ranking, Table, differing_keys
 
 PAGE = """<!doctype html>
 <html lang="en">

@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
 from xfmr.objectives import IGNORE_INDEX
-from xfmr.training.inference import generate_rows, hypothesis_text, text_task
-from xfmr.training.loading import LoadedRun
+from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
+from xfmr.runs.loading import LoadedRun
 
 Progress = Callable[[int], None]  # called with how many examples were just done
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xfmr.compare.runs import Run, integer
 from xfmr.errors import UserError
+from xfmr.runs.compare.runs import Run, integer
 
 SEED = "seed"  # repeats of one setting, averaged over by default
 COMPLETED = "completed"
