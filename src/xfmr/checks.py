@@ -14,18 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.data.files import check_text_head, text_files
+from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_ONLY_KEYS, ModelConfig
-from xfmr.objectives.archs import (
-    CONFIGURED_DATA_KINDS,
-    DATA_CHOICES,
-    DATA_KINDS,
-    MLM_HEADS,
-    OBJECTIVE_ARCHS,
-    OBJECTIVE_CHOICES,
-    OBJECTIVE_DATA,
-    OBJECTIVE_SEGMENTS,
-)
+from xfmr.objectives.registry import data_choices, data_gives, objective_facts, objectives
 from xfmr.ranges import check_numbers, check_run_length
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
@@ -94,25 +86,22 @@ def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
         raise UserError(f"model: {e}") from None
 
 
-HF_PATH_CHOICES = (
-    "give a hub dataset name, a local dataset directory, or a builder (json, csv, text, "
-    "parquet) with data.data_files"
-)
 _DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "train_path", "val_path")
 
 
 def check_data(cfg: DictConfig) -> None:
-    """The data gives the examples the objective consumes, and its files exist."""
-    objective = _class_name(cfg.objective)
+    """The data gives the examples the objective reads, and its files exist."""
     data_class = _class_name(cfg.data)
-    needs, gives = OBJECTIVE_DATA.get(objective), data_kind(cfg.data)
+    needs = objective_facts(cfg.objective._target_).reads if cfg.objective.get("_target_") else None
+    gives = data_kind(cfg.data)
     if needs and gives and needs != gives:
+        choices = data_choices(needs)
         raise UserError(
-            f"objective={OBJECTIVE_CHOICES.get(objective, objective)} trains on {needs}, but the "
-            f"data group gives {gives}: use data in {list(DATA_CHOICES[needs])}"
-            + (f" (data=hf: data.kind={needs})" if "hf" in DATA_CHOICES[needs] else "")
+            f"objective={_objective_name(cfg)} trains on {needs}, but the data group gives "
+            f"{gives}: use data in {choices}"
+            + (f" (data=hf: data.kind={needs})" if "hf" in choices else "")
         )
-    if data_class in CONFIGURED_DATA_KINDS:  # data=hf: data.path names a dataset, not a file
+    if isinstance(_declared_kind(cfg.data), tuple):  # data=hf: data.path names a dataset
         if not cfg.data.get("path"):
             raise UserError(f"data.path is not set: {HF_PATH_CHOICES}")
     elif cfg.data.get("path", "absent") != "absent":
@@ -132,56 +121,22 @@ def check_data(cfg: DictConfig) -> None:
 
 
 def data_kind(data: DictConfig) -> str | None:
-    """What the data group gives: by its module's class, or by `data.kind` (data=hf)."""
-    name = _class_name(data)
-    if name not in CONFIGURED_DATA_KINDS:
-        return DATA_KINDS.get(name)
-    kinds = CONFIGURED_DATA_KINDS[name]
-    if data.get("kind") not in kinds:
-        raise UserError(f"data.kind={data.get('kind')!r} is not valid: use one of {list(kinds)}")
+    """What the data group gives: the kind its module declares, or `data.kind` among the kinds
+    it declares (data=hf)."""
+    declared = _declared_kind(data)
+    if not isinstance(declared, tuple):
+        return declared
+    if data.get("kind") not in declared:
+        raise UserError(f"data.kind={data.get('kind')!r} is not valid: use one of {list(declared)}")
     return data.kind
 
 
-_ALIGNED_FILES = ("train_source", "train_target", "val_source", "val_target")
-_JSONL_FILES = ("train_path", "val_path")
+def _declared_kind(data: DictConfig) -> str | tuple[str, ...] | None:
+    return data_gives(data._target_) if data.get("_target_") else None
 
 
-def parallel_files(data: Any) -> tuple[str, ...]:
-    """The keys of the one way parallel data is given: four aligned line files, or two JSONL
-    files (`train_path`, `val_path`); anything else is a UserError."""
-    given = tuple(key for key in (*_ALIGNED_FILES, *_JSONL_FILES) if data.get(key))
-    if given not in (_ALIGNED_FILES, _JSONL_FILES):
-        raise UserError(
-            "data=parallel takes exactly one of: train_source, train_target, val_source and "
-            "val_target (aligned text files), or train_path and val_path (JSONL, one object "
-            f"per line with data.source_field and data.target_field); set: {list(given)}"
-        )
-    return given
-
-
-SPECIAL_TOKENS_PER_WINDOW = 3  # data=squad: [CLS] question [SEP] context [SEP]
-
-
-def check_squad_windows(data: Any) -> None:
-    """data=squad's windows leave room for context after the question and the special tokens,
-    and consecutive windows start a positive number of tokens apart."""
-    max_length, query = data.get("max_length"), data.get("max_query_length")
-    for key, value in (("max_length", max_length), ("max_query_length", query)):
-        if not isinstance(value, int) or value < 1:
-            raise UserError(f"data.{key}={value!r} must be a positive number of tokens")
-    if max_length - query - SPECIAL_TOKENS_PER_WINDOW < 1:
-        raise UserError(
-            f"data.max_length={max_length} leaves no context tokens after "
-            f"data.max_query_length={query} question tokens and {SPECIAL_TOKENS_PER_WINDOW} "
-            f"special tokens: set data.max_length>={query + SPECIAL_TOKENS_PER_WINDOW + 1} "
-            "or lower data.max_query_length"
-        )
-    stride = data.get("doc_stride")
-    if stride is not None and stride < 1:
-        raise UserError(
-            f"data.doc_stride={stride} must be a positive number of tokens, or null to keep "
-            "only the first window of a long context"
-        )
+def _objective_name(cfg: DictConfig) -> str:
+    return objective_facts(cfg.objective._target_).name
 
 
 def _class_name(section: DictConfig) -> str:
@@ -189,34 +144,35 @@ def _class_name(section: DictConfig) -> str:
 
 
 def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
-    """The objective can train the architecture (no causal LM on a bidirectional encoder)."""
-    name = _class_name(cfg.objective)
-    archs = OBJECTIVE_ARCHS.get(name)
-    if archs is not None and model.arch not in archs:
-        serving = [OBJECTIVE_CHOICES[n] for n, a in OBJECTIVE_ARCHS.items() if model.arch in a]
+    """The objective can train the architecture (no causal LM on a bidirectional encoder), with
+    the segments its inputs use."""
+    if not cfg.objective.get("_target_"):
+        return
+    facts = objective_facts(cfg.objective._target_)
+    if model.arch not in facts.archs:
+        serving = [name for name, f in objectives().items() if model.arch in f.archs]
         raise UserError(
-            f"objective={OBJECTIVE_CHOICES.get(name, name)} cannot train arch={model.arch}: "
-            f"it needs arch in {list(archs)}"
+            f"objective={facts.name} cannot train arch={model.arch}: "
+            f"it needs arch in {list(facts.archs)}"
             + (
                 f"; arch={model.arch} is trained by objective in {serving}"
                 if serving
                 else f"; no objective shipped yet trains arch={model.arch}"
             )
         )
-    segments = OBJECTIVE_SEGMENTS.get(name, 0)
-    if model.type_vocab_size < segments:
+    if model.type_vocab_size < facts.segments:
         raise UserError(
-            f"objective={OBJECTIVE_CHOICES.get(name, name)} puts sentences A and B in segments 0 "
-            f"and 1: it needs model.type_vocab_size >= {segments}, not {model.type_vocab_size} "
+            f"objective={facts.name} puts sentences A and B in segments 0 and 1: it needs "
+            f"model.type_vocab_size >= {facts.segments}, not {model.type_vocab_size} "
             f"(arch=encoder sets 2)"
         )
 
 
 def check_masking(cfg: DictConfig) -> None:
     """objective=mlm's head is a known one; whole-word masking has a tokenizer that marks words."""
-    head = cfg.objective.get("head", MLM_HEADS[0])
-    if _class_name(cfg.objective) == "MaskedLMObjective" and head not in MLM_HEADS:
-        raise UserError(f"objective.head={head!r} is not one of {list(MLM_HEADS)}")
+    heads = objective_facts(cfg.objective._target_).heads if cfg.objective.get("_target_") else ()
+    if heads and cfg.objective.get("head", heads[0]) not in heads:
+        raise UserError(f"objective.head={cfg.objective.head!r} is not one of {list(heads)}")
     kind = cfg.tokenizer.get("kind")
     if cfg.objective.get("whole_word") and kind not in (*WORD_MARKING_KINDS, "pretrained"):
         raise UserError(

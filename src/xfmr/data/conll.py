@@ -35,6 +35,8 @@ class ConllDataModule(ExamplesDataModule):
         sentence holding it and logs how many and why.
     """
 
+    gives = "tagged"  # the kind of examples, xfmr.kinds
+
     def __init__(
         self,
         *,

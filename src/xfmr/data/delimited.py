@@ -21,6 +21,8 @@ class DelimitedDataModule(ExamplesDataModule):
         rows and logs how many and why.
     """
 
+    gives = "labelled"  # the kind of examples, xfmr.kinds
+
     def __init__(
         self,
         *,

@@ -166,6 +166,8 @@ class DocumentsDataModule(ExamplesDataModule):
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
     """
 
+    gives = "documents"  # the kind of examples, xfmr.kinds
+
     def __init__(
         self,
         *,

@@ -17,16 +17,15 @@ from typing import Any
 import lightning as L
 from omegaconf import OmegaConf
 
-from xfmr.checks import HF_PATH_CHOICES
 from xfmr.data.base import usable_rows
 from xfmr.data.delimited import DelimitedDataModule
 from xfmr.data.formats import ON_BAD_ROW_CHOICES, BadRow, BadRows, TextExample
 from xfmr.data.parallel import ParallelDataModule
+from xfmr.data.settings import HF_PATH_CHOICES
 from xfmr.data.text import TextCorpusDataModule
+from xfmr.declared import declare
 from xfmr.errors import UserError
-from xfmr.objectives.archs import CONFIGURED_DATA_KINDS
 
-KINDS = CONFIGURED_DATA_KINDS["hf_datamodule"]
 # Held-out rows for labelled data and pairs are drawn with a fixed seed: hub datasets are often
 # sorted by label (IMDb: all negative reviews, then all positive), so a tail would be one class.
 SPLIT_SEED = 0
@@ -351,6 +350,7 @@ class HFLabelledDataModule(DelimitedDataModule):
 # --------------------------------------------------------------------------- the builder
 
 
+@declare(gives=("text", "labelled", "pairs"))  # chosen by data.kind
 def hf_datamodule(
     *,
     kind: str,
@@ -386,8 +386,8 @@ def hf_datamodule(
     need them (`HFStreamingDataModule`): validation is `val_split` or the first `val_rows`
     rows, and training rows pass through a shuffle buffer of `shuffle_buffer` rows.
     """
-    if kind not in KINDS:
-        raise UserError(f"data.kind={kind!r} is not valid: use one of {list(KINDS)}")
+    if kind not in hf_datamodule.gives:
+        raise UserError(f"data.kind={kind!r} is not valid: use one of {list(hf_datamodule.gives)}")
     if on_bad_row not in ON_BAD_ROW_CHOICES:
         raise UserError(f"data.on_bad_row={on_bad_row!r} is not valid: use 'skip' or 'error'")
     source = HFSource(

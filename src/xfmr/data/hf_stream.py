@@ -118,7 +118,7 @@ class HFStreamingDataModule(L.LightningDataModule):
             block_size=block_size, batch_size=batch_size, shuffle_buffer=shuffle_buffer
         )
         self.source = source
-        self.kind = kind
+        self.kind = self.gives = kind
         self.fields = {key: column for key, column in fields.items() if column is not None}
         self.labels = [str(label) for label in labels] if labels else None
         self.labels_scanned = False

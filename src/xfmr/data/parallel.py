@@ -9,9 +9,9 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from xfmr.checks import parallel_files
 from xfmr.data.base import ExamplesDataModule
 from xfmr.data.formats import read_parallel, read_parallel_jsonl
+from xfmr.data.settings import parallel_files
 from xfmr.data.synthetic import sentence
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -32,6 +32,8 @@ class ParallelDataModule(ExamplesDataModule):
         on_bad_row: "error" stops at an empty line or field with its file and line; "skip"
             drops the pair and logs how many were dropped and why.
     """
+
+    gives = "pairs"  # the kind of examples, xfmr.kinds
 
     def __init__(
         self,

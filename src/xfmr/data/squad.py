@@ -10,44 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from xfmr.checks import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
 from xfmr.data.formats import QAExample, read_squad
+from xfmr.data.settings import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
+from xfmr.kinds import QAItem, QAWindow
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
-
-
-@dataclass(frozen=True)
-class QAWindow:
-    """One model input's share of a question.
-
-    Args:
-        question_ids: the question's tokens (cut to max_query_length).
-        context_ids: a stretch of the context's tokens.
-        context_offsets: per context token, its (start, end) characters in the whole context.
-        answer: the first and last answer token within `context_ids`; None when the window
-            does not hold the whole answer (the target is then [CLS]).
-    """
-
-    question_ids: list[int]
-    context_ids: list[int]
-    context_offsets: list[tuple[int, int]]
-    answer: tuple[int, int] | None
-
-
-@dataclass(frozen=True)
-class QAItem:
-    """A question with the windows it is read through; training items hold one window each."""
-
-    id: str
-    context: str
-    answers: list[str]
-    windows: list[QAWindow]
 
 
 def answer_tokens(
@@ -109,6 +81,8 @@ class SquadDataModule(ExamplesDataModule):
         on_bad_row: "error" stops at the first bad question (named by its id); "skip" drops
             bad questions and logs how many and why.
     """
+
+    gives = "questions"  # the kind of examples, xfmr.kinds
 
     def __init__(
         self,

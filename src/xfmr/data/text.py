@@ -58,6 +58,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
     """
 
+    gives = "text"  # the kind of examples, xfmr.kinds
+
     def __init__(
         self,
         *,

@@ -7,7 +7,7 @@ against before anything heavy loads) does not pull in torch.
 from importlib import import_module
 
 _EXPORTS = {
-    "IGNORE_INDEX": "xfmr.objectives.clm",
+    "IGNORE_INDEX": "xfmr.objectives.common",
     "CausalLMObjective": "xfmr.objectives.clm",
     "ClassificationObjective": "xfmr.objectives.classification",
     "MaskedLMObjective": "xfmr.objectives.mlm",

@@ -11,27 +11,25 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.span_corruption import pad_rows
+from xfmr.objectives.common import bert_special_ids, pad_rows
+from xfmr.objectives.contract import Objective
 
 if TYPE_CHECKING:
-    from xfmr.text.tokenizers import TextTokenizer
+    pass
 
 
-def bert_special_ids(tokenizer: TextTokenizer) -> tuple[int, int, int]:
-    """The ids of `[PAD]`, `[CLS]` and `[SEP]`: what BERT's inputs `[CLS] A [SEP] (B [SEP])`
-    are built and padded with."""
-    return tuple(tokenizer.token_to_id(token) for token in ("[PAD]", "[CLS]", "[SEP]"))
-
-
-class ClassificationObjective:
+class ClassificationObjective(Objective):
     """Args:
     pooling: "first" ([CLS], encoders), "last" (the last real token, decoders) or "mean".
     max_length: tokens kept per example, specials included.
     """
 
     name = "classification"
-    supported_archs = OBJECTIVE_ARCHS["ClassificationObjective"]
+    # A pooled summary: [CLS] of an encoder, or the last token a causal decoder has seen.
+    archs = ("encoder", "decoder")
+    reads = "labelled"
+    uses_labels = True
+    by_perplexity = False
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, pooling: str = "first", max_length: int = 128) -> None:

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-
-IGNORE_INDEX = -100
-
-
-def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the tokens whose label is not IGNORE_INDEX; logits (B, T, V)."""
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX
-    )
+from xfmr.objectives.common import IGNORE_INDEX, token_loss
+from xfmr.objectives.contract import Objective, TextTask, padding_id
 
 
-class CausalLMObjective:
+class CausalLMObjective(Objective):
     """Turns blocks of `T + 1` tokens into (inputs, targets shifted by one) and scores logits.
 
     Args:
@@ -26,12 +17,12 @@ class CausalLMObjective:
     """
 
     name = "clm"
-    supported_archs = OBJECTIVE_ARCHS["CausalLMObjective"]
+    # Next-token prediction needs a model that cannot see the future: a causal decoder or an RNN.
+    archs = ("decoder", "rnn")
+    reads = "text"
 
     def __init__(self, *, pad_id: int | None = None) -> None:
         self.pad_id = pad_id
-
-    required_special_tokens: tuple[str, ...] = ()
 
     def bind(self, tokenizer) -> None:
         """Nothing to take from the tokenizer: blocks of text are never padded."""
@@ -50,3 +41,8 @@ class CausalLMObjective:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
         loss = token_loss(logits, batch["labels"])
         return loss, logits
+
+    def text_task(self, tokenizer) -> TextTask | None:
+        """A prompt is continued. Blocks of running text carry no </s>: only
+        generation.max_new_tokens ends a continuation."""
+        return TextTask("continue", pad_id=padding_id(tokenizer))

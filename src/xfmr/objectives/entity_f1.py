@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torchmetrics import Metric
 
-from xfmr.objectives.clm import IGNORE_INDEX
+from xfmr.objectives.common import IGNORE_INDEX
 
 # A word the model gave no prediction (its first piece was cut by truncation): scored as "O".
 NO_PREDICTION = -1

@@ -12,8 +12,8 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import MLM_HEADS, OBJECTIVE_ARCHS
-from xfmr.objectives.clm import IGNORE_INDEX, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, token_loss
+from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
 
 
@@ -159,7 +159,7 @@ class TokenMasker:
         )
 
 
-class MaskedLMObjective:
+class MaskedLMObjective(Objective):
     """BERT's masked-LM objective on blocks of text; rates are configurable.
 
     The tokenizer gets `[MASK]` as a special token; ids are bound once it exists.
@@ -171,7 +171,11 @@ class MaskedLMObjective:
     """
 
     name = "mlm"
-    supported_archs = OBJECTIVE_ARCHS["MaskedLMObjective"]
+    # Masked tokens are predicted from both sides: a bidirectional encoder.
+    archs = ("encoder",)
+    reads = "text"
+    # objective.head: BERT's MLM head, or one tied linear projection.
+    heads = ("bert", "linear")
     required_special_tokens = ("[MASK]",)
 
     def __init__(
@@ -183,8 +187,8 @@ class MaskedLMObjective:
         random_rate: float = 0.1,
         whole_word: bool = False,
     ) -> None:
-        if head not in MLM_HEADS:
-            raise ValueError(f"objective.head={head!r} is not one of {list(MLM_HEADS)}")
+        if head not in self.heads:
+            raise ValueError(f"objective.head={head!r} is not one of {list(self.heads)}")
         self.head = head
         self.masker = TokenMasker(
             select_rate=select_rate,
@@ -213,3 +217,12 @@ class MaskedLMObjective:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
         loss = token_loss(logits, batch["labels"])
         return loss, logits
+
+    def text_task(self, tokenizer) -> TextTask | None:
+        """Each [MASK] of the input is filled with its most likely token."""
+        return TextTask(
+            "fill_masks",
+            pad_id=padding_id(tokenizer),
+            mask_id=tokenizer.token_to_id("[MASK]"),
+            hidden_ids=frozenset(tokenizer.special_ids()),
+        )

@@ -12,11 +12,9 @@ from torchmetrics.text import Perplexity
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_SEGMENTS
-from xfmr.objectives.classification import bert_special_ids
-from xfmr.objectives.clm import IGNORE_INDEX
+from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows
+from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.objectives.mlm import TokenMasker
-from xfmr.objectives.span_corruption import pad_rows
 
 
 def truncate_pair(a: list[int], b: list[int], *, budget: int) -> tuple[list[int], list[int]]:
@@ -59,7 +57,7 @@ def sentence_pair_inputs(
 
 def _check_segments(objective: NextSentenceObjective, config: ModelConfig) -> None:
     """The model has the segment embeddings sentences A and B need (also for init_from=hf:...)."""
-    needed = OBJECTIVE_SEGMENTS[type(objective).__name__]
+    needed = objective.segments
     if config.type_vocab_size < needed:
         raise UserError(
             f"objective={objective.name} puts sentences A and B in segments 0 and 1: it needs "
@@ -67,7 +65,7 @@ def _check_segments(objective: NextSentenceObjective, config: ModelConfig) -> No
         )
 
 
-class NextSentenceObjective:
+class NextSentenceObjective(Objective):
     """Next-sentence prediction alone, on `EncoderNextSentence`: BERT's encoder, pooler and
     two-way classifier, named as in `EncoderPretraining` so weights move to and from
     objective=mlm_nsp runs, without the MLM head whose vocabulary projection NSP would compute
@@ -78,7 +76,11 @@ class NextSentenceObjective:
     """
 
     name = "nsp"
-    supported_archs = OBJECTIVE_ARCHS["NextSentenceObjective"]
+    # BERT's pre-training: [CLS] reads both sentences, in segments 0 and 1.
+    archs = ("encoder",)
+    reads = "documents"
+    segments = 2
+    by_perplexity = False
     required_special_tokens: tuple[str, ...] = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, max_length: int = 128) -> None:
@@ -133,7 +135,11 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
     """
 
     name = "mlm_nsp"
-    supported_archs = OBJECTIVE_ARCHS["MaskedLMNextSentenceObjective"]
+    # Masked tokens from both sides, and [CLS] reading both sentences.
+    archs = ("encoder",)
+    reads = "documents"
+    segments = 2
+    by_perplexity = False
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
 
     def __init__(
@@ -199,3 +205,12 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
         mlm_loss = mlm_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
         nsp_loss = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"])
         return mlm_loss + nsp_loss, (mlm_logits, nsp_logits)
+
+    def text_task(self, tokenizer) -> TextTask | None:
+        """Each [MASK] of the input is filled with its most likely token."""
+        return TextTask(
+            "fill_masks",
+            pad_id=padding_id(tokenizer),
+            mask_id=tokenizer.token_to_id("[MASK]"),
+            hidden_ids=frozenset(tokenizer.special_ids()),
+        )

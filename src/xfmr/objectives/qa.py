@@ -12,9 +12,8 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.classification import bert_special_ids
-from xfmr.objectives.span_corruption import pad_rows
+from xfmr.objectives.common import bert_special_ids, pad_rows
+from xfmr.objectives.contract import Objective
 from xfmr.objectives.squad_metrics import SquadScore
 
 if TYPE_CHECKING:
@@ -84,13 +83,17 @@ def best_spans(
     return index // T, index % T, best
 
 
-class QuestionAnsweringObjective:
+class QuestionAnsweringObjective(Objective):
     """Args:
     max_answer_length: the longest span decoding may predict, in tokens (BERT: 30).
     """
 
     name = "qa"
-    supported_archs = OBJECTIVE_ARCHS["QuestionAnsweringObjective"]
+    # A span's start and end are scored knowing the whole context, both sides: an encoder.
+    archs = ("encoder",)
+    reads = "questions"
+    segments = 2  # question and context
+    by_perplexity = False
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, max_answer_length: int = 30) -> None:

@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.clm import IGNORE_INDEX
-from xfmr.objectives.span_corruption import encoder_decoder_logits, pad_rows
+from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows
+from xfmr.objectives.contract import Objective, TextTask
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -23,7 +22,7 @@ def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) 
     )
 
 
-class Seq2SeqObjective:
+class Seq2SeqObjective(Objective):
     """Source -> target pairs for an encoder-decoder.
 
     Args:
@@ -31,7 +30,9 @@ class Seq2SeqObjective:
     """
 
     name = "seq2seq"
-    supported_archs = OBJECTIVE_ARCHS["Seq2SeqObjective"]
+    # Source -> target: an encoder reads the source, a decoder writes the target.
+    archs = ("encoder_decoder",)
+    reads = "pairs"
     required_special_tokens = ("<pad>", "<s>", "</s>")
 
     def __init__(self, *, label_smoothing: float = 0.1) -> None:
@@ -65,3 +66,14 @@ class Seq2SeqObjective:
         logits = encoder_decoder_logits(model, batch)
         smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
         return smoothed_loss(logits, batch["labels"], smoothing), logits
+
+    def text_task(self, tokenizer) -> TextTask | None:
+        """A source + </s> is read; the target is written from <s> up to </s>."""
+        return TextTask(
+            "translate",
+            pad_id=self.pad_id,
+            eos_id=self.eos_id,
+            decoder_start_id=self.bos_id,
+            source_suffix=(self.eos_id,),
+            hidden_ids=frozenset(tokenizer.special_ids()),
+        )

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.clm import IGNORE_INDEX, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss
+from xfmr.objectives.contract import Objective, TextTask
 
 
 def sentinel(index: int) -> str:
@@ -63,12 +63,14 @@ def corrupt(
     return source, target
 
 
-class SpanCorruptionObjective:
+class SpanCorruptionObjective(Objective):
     """Span corruption on blocks of text for an encoder-decoder; decoder inputs are the targets
     shifted right behind a start token (<pad>, as in T5)."""
 
     name = "span_corruption"
-    supported_archs = OBJECTIVE_ARCHS["SpanCorruptionObjective"]
+    # Spans are written out by a decoder that reads the corrupted input: an encoder-decoder.
+    archs = ("encoder_decoder",)
+    reads = "text"
 
     def __init__(
         self, *, noise_density: float = 0.15, mean_span_length: float = 3.0, n_sentinels: int = 100
@@ -120,22 +122,12 @@ class SpanCorruptionObjective:
         loss = token_loss(logits, batch["labels"])
         return loss, logits
 
-
-def encoder_decoder_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits (B, T, V) of an encoder-decoder for a batch of source and shifted target ids."""
-    return model(
-        batch["input_ids"],
-        batch["attention_mask"],
-        batch["decoder_input_ids"],
-        batch["decoder_attention_mask"],
-    )
-
-
-def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    return ids, mask
+    def text_task(self, tokenizer) -> TextTask | None:
+        """T5 (Raffel et al. 2020): the decoder starts at <pad>; sentinels stay in the output."""
+        return TextTask(
+            "translate",
+            pad_id=self.pad_id,
+            eos_id=self.eos_id,
+            decoder_start_id=self.pad_id,
+            hidden_ids=frozenset({self.pad_id, self.eos_id}),
+        )

@@ -10,11 +10,9 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.archs import OBJECTIVE_ARCHS
-from xfmr.objectives.classification import bert_special_ids
-from xfmr.objectives.clm import IGNORE_INDEX, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss
+from xfmr.objectives.contract import Objective
 from xfmr.objectives.entity_f1 import NO_PREDICTION, SCORES, EntityF1
-from xfmr.objectives.span_corruption import pad_rows
 
 # A word position past the end of the sentence, or a word whose first piece truncation cut.
 NO_WORD_START = -1
@@ -29,14 +27,18 @@ def word_predictions(piece_predictions: torch.Tensor, word_starts: torch.Tensor)
     return gathered.masked_fill(word_starts == NO_WORD_START, NO_PREDICTION)
 
 
-class TaggingObjective:
+class TaggingObjective(Objective):
     """Args:
     max_length: pieces kept per sentence, [CLS] and [SEP] included; the words whose first piece
         falls beyond it are predicted "O" when scored, so recall counts them.
     """
 
     name = "tagging"
-    supported_archs = OBJECTIVE_ARCHS["TaggingObjective"]
+    # A tag per word on its first piece, which must already see the whole sentence: an encoder.
+    archs = ("encoder",)
+    reads = "tagged"
+    uses_labels = True
+    by_perplexity = False
     # [UNK] stands in for a word the tokenizer makes no pieces of, so every word keeps a tag.
     required_special_tokens = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 

@@ -13,7 +13,8 @@ import torch
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
 from xfmr.nn.attention import record_attention
-from xfmr.runs.inference import TextTask, encode_inputs, generate_rows, text_task
+from xfmr.objectives.contract import TextTask
+from xfmr.runs.inference import encode_inputs, generate_rows, text_task
 from xfmr.runs.loading import LoadedRun
 
 

@@ -12,9 +12,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
-from xfmr.objectives import IGNORE_INDEX
+from xfmr.objectives.common import IGNORE_INDEX
 from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
 from xfmr.runs.loading import LoadedRun
 
@@ -25,7 +26,7 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
     """The data module of `data_config`, encoded with the run's tokenizer and batched by its
     objective, as training built it."""
     # The run's own label set: a label's index is the one the model was trained with.
-    labels = getattr(run.objective, "label_names", None)
+    labels = run.objective.label_names if run.objective.uses_labels else None
     datamodule = instantiate(data_config, **({"labels": labels} if labels else {}))
     datamodule.attach(run.tokenizer, run.objective.collate)
     return datamodule
@@ -37,7 +38,7 @@ def evaluate_loss(run: LoadedRun, loader: Any, *, on_batch: Progress | None = No
     validation weights it; perplexity = exp(loss) for token-level objectives, the objective's
     own metrics (e.g. accuracy) otherwise."""
     objective = run.objective
-    metrics = objective.metrics() if hasattr(objective, "update_metrics") else None
+    metrics = None if objective.by_perplexity else objective.metrics()
     total, counted, examples = 0.0, 0, 0
     for batch in loader:
         batch = {k: v.to(run.device) for k, v in batch.items()}
@@ -63,7 +64,7 @@ def evaluate_loss(run: LoadedRun, loader: Any, *, on_batch: Progress | None = No
 
 def validation_pairs(datamodule: Any) -> tuple[list[list[int]], list[str]]:
     """(encoded validation sources, as training cut them; raw reference lines)."""
-    if not hasattr(datamodule, "val_pairs") or not hasattr(datamodule, "pairs"):
+    if not isinstance(datamodule, ParallelDataModule):  # raw references kept beside the ids
         raise UserError(
             f"BLEU needs source -> target data; data {type(datamodule).__name__} gives none "
             "(set bleu=false for loss and perplexity only)"

@@ -7,90 +7,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig, Hypothesis, generate
 from xfmr.nn.positions import PositionScheme
-from xfmr.objectives.span_corruption import pad_rows
+from xfmr.objectives.common import pad_rows
+from xfmr.objectives.contract import TextTask
 from xfmr.runs.loading import LoadedRun
 
 log = logging.getLogger("xfmr")
 
-PAD_TOKENS = ("<pad>", "[PAD]")
 SUPPORTED = (
     "objective=clm (arch=decoder, rnn), seq2seq or span_corruption (encoder_decoder), mlm (encoder)"
 )
 
 
-@dataclass(frozen=True)
-class TextTask:
-    """How a run's model reads text and writes it back.
-
-    Args:
-        kind: "continue" (causal LM), "translate" (encoder-decoder) or "fill_masks" (MLM).
-        pad_id: fills rows up to the batch's longest (masked out).
-        eos_id: ends a hypothesis (None: only generation.max_new_tokens does).
-        decoder_start_id: the encoder-decoder's first decoder token.
-        source_suffix: ids appended to every input (seq2seq's </s>).
-        hidden_ids: ids left out of the text printed (special tokens).
-        mask_id: the [MASK] id an MLM encoder fills.
-    """
-
-    kind: str
-    pad_id: int
-    eos_id: int | None = None
-    decoder_start_id: int | None = None
-    source_suffix: tuple[int, ...] = ()
-    hidden_ids: frozenset[int] = frozenset()
-    mask_id: int | None = None
-
-
 def text_task(run: LoadedRun) -> TextTask:
-    """The TextTask of the run's architecture and objective; a run that writes no text (a
+    """How the run's objective writes text (its `text_task`); a run that writes none (a
     classifier) is a UserError."""
-    arch, objective = run.model_config.arch, run.objective
-    name = getattr(objective, "name", type(objective).__name__)
-    specials = frozenset(run.tokenizer.special_ids())
-    if arch in ("decoder", "rnn") and name == "clm":
-        # Blocks of running text carry no </s>: only max_new_tokens ends a continuation.
-        return TextTask("continue", pad_id=_pad_id(run), hidden_ids=frozenset())
-    if arch == "encoder_decoder" and name == "seq2seq":
-        eos = objective.eos_id
-        return TextTask(
-            "translate",
-            pad_id=objective.pad_id,
-            eos_id=eos,
-            decoder_start_id=objective.bos_id,
-            source_suffix=(eos,),
-            hidden_ids=specials,
+    task = run.objective.text_task(run.tokenizer)
+    if task is None:
+        raise UserError(
+            f"run_dir={str(run.files.run_dir)!r} was trained with objective="
+            f"{run.objective.name} on arch={run.model_config.arch}, which writes no text; text "
+            f"comes from runs of {SUPPORTED}"
         )
-    if arch == "encoder_decoder" and name == "span_corruption":
-        # T5 (Raffel et al. 2020): the decoder starts at <pad>; sentinels stay in the output.
-        return TextTask(
-            "translate",
-            pad_id=objective.pad_id,
-            eos_id=objective.eos_id,
-            decoder_start_id=objective.pad_id,
-            hidden_ids=frozenset({objective.pad_id, objective.eos_id}),
-        )
-    if arch == "encoder" and "[MASK]" in getattr(objective, "required_special_tokens", ()):
-        mask_id = run.tokenizer.token_to_id("[MASK]")
-        return TextTask("fill_masks", pad_id=_pad_id(run), mask_id=mask_id, hidden_ids=specials)
-    raise UserError(
-        f"run_dir={str(run.files.run_dir)!r} was trained with objective={name} on arch={arch}, "
-        f"which writes no text; text comes from runs of {SUPPORTED}"
-    )
-
-
-def _pad_id(run: LoadedRun) -> int:
-    """The tokenizer's padding token if it has one; else id 0, which the attention mask hides."""
-    for token in PAD_TOKENS:
-        if (token_id := run.tokenizer.token_to_id(token)) is not None:
-            return token_id
-    return 0
+    return task
 
 
 def position_limit(model: torch.nn.Module) -> int | None:

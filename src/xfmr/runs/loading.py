@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from xfmr.errors import UserError
-from xfmr.nn import ModelConfig, build_model
+from xfmr.nn import ModelConfig
+from xfmr.objectives.contract import Objective
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
 from xfmr.run_dir.files import LABELS_FILE, RunFiles, locate_run, read_labels
 from xfmr.text.tokenizers import TextTokenizer
@@ -40,7 +41,7 @@ class LoadedRun:
     files: RunFiles
     config: DictConfig
     tokenizer: TextTokenizer
-    objective: Any
+    objective: Objective
     model: nn.Module
     model_config: ModelConfig
     global_step: int | None
@@ -79,7 +80,7 @@ def bind_objective(config: DictConfig, tokenizer: TextTokenizer, run_dir: Path) 
     """The run's objective, bound to its tokenizer and label set as `train` binds them."""
     objective = instantiate(config.objective)
     objective.bind(tokenizer)
-    if hasattr(objective, "bind_labels"):  # classification, tagging
+    if objective.uses_labels:  # classification, tagging
         objective.bind_labels(trained_labels(config, run_dir))
     return objective
 
@@ -103,7 +104,7 @@ def trained_labels(config: DictConfig, run_dir: Path) -> list[str]:
 def build_run_model(objective: Any, model_config: ModelConfig) -> nn.Module:
     """The model as XfmrModule builds it: the objective's own builder (a task head) if it has
     one, else `xfmr.nn.build_model`."""
-    return getattr(objective, "build_model", build_model)(model_config)
+    return objective.build_model(model_config)
 
 
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:

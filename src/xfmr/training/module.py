@@ -11,10 +11,10 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 from torchmetrics import MeanMetric
-from torchmetrics.text import Perplexity
 
-from xfmr.nn import ModelConfig, build_model
-from xfmr.objectives import IGNORE_INDEX
+from xfmr.nn import ModelConfig
+from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.objectives.contract import Objective
 from xfmr.training.guards import NonFiniteGuard
 from xfmr.training.optim import param_groups
 
@@ -22,7 +22,7 @@ from xfmr.training.optim import param_groups
 class XfmrModule(L.LightningModule):
     """Args:
     model_config: the resolved model config (a plain dict with `vocab_size`), saved in checkpoints.
-    objective: builds the loss from a batch (`forward(model, batch) -> (loss, logits)`).
+    objective: builds the model, the loss from a batch and the validation metrics.
     optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
     scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
     backbone_lr_scale: the backbone's lr as a fraction of the optimizer's (fine-tuning).
@@ -38,7 +38,7 @@ class XfmrModule(L.LightningModule):
         self,
         *,
         model_config: dict[str, Any],
-        objective: Any,
+        objective: Objective,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         backbone_lr_scale: float = 1.0,
@@ -47,9 +47,7 @@ class XfmrModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
-        # An objective with a task head of its own (classification) builds its model.
-        build = getattr(objective, "build_model", build_model)
-        self.model: nn.Module = build(ModelConfig.from_dict(model_config))
+        self.model: nn.Module = objective.build_model(ModelConfig.from_dict(model_config))
         self.objective = objective
         self.training_loss = torch.compile(objective.forward) if compile else objective.forward
         self.optimizer_factory = optimizer
@@ -58,10 +56,7 @@ class XfmrModule(L.LightningModule):
         self.nonfinite_guard = nonfinite_guard
         self._last_step_taken = True
         self.val_loss = MeanMetric()
-        metrics = getattr(
-            objective, "metrics", lambda: {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
-        )
-        self.val_metrics = nn.ModuleDict(metrics())
+        self.val_metrics = nn.ModuleDict(objective.metrics())
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model(*args, **kwargs)
@@ -75,10 +70,7 @@ class XfmrModule(L.LightningModule):
         loss, logits = self.objective.forward(self.model, batch)
         counted = (batch["labels"] != IGNORE_INDEX).sum()
         self.val_loss.update(loss, weight=counted)
-        if hasattr(self.objective, "update_metrics"):
-            self.objective.update_metrics(self.val_metrics, logits, batch)
-        else:  # token-level objectives: perplexity over the counted tokens
-            self.val_metrics["ppl"].update(logits.float(), batch["labels"])
+        self.objective.update_metrics(self.val_metrics, logits, batch)
         self.log("val/loss", self.val_loss, prog_bar=True)
         for name, metric in self.val_metrics.items():
             self.log(f"val/{name}", metric)

@@ -87,7 +87,7 @@ def _train(
         pretrained=source.tokenizer if source else None,
     )
     objective.bind(tokenizer)
-    if hasattr(objective, "bind_labels"):  # the label set is the data's, known once it is read
+    if objective.uses_labels:  # the label set is the data's, known once it is read
         objective.bind_labels(run_labels(datamodule, run_dir, save=not is_worker))
     datamodule.attach(tokenizer, objective.collate)
     if source and source.kind == "hf":

@@ -156,9 +156,9 @@ def pretrained_model_config(cfg: DictConfig, hf_dir: Path, objective: Any) -> An
             f"data.block_size={cfg.data.block_size} is longer than the {limit} learned positions "
             f"of init_from=hf:{hf_dir}"
         )
-    if config.arch not in objective.supported_archs:
+    if config.arch not in objective.archs:
         raise UserError(
             f"init_from=hf:{hf_dir} is an arch={config.arch} model; objective={objective.name} "
-            f"trains arch in {list(objective.supported_archs)}"
+            f"trains arch in {list(objective.archs)}"
         )
     return config

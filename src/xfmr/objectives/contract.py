@@ -1,0 +1,135 @@
+"""What an objective is, in one place: what it declares and what it does.
+
+An objective is one Python file holding a subclass of `Objective`, and one config file,
+conf/objective/NAME.yaml, whose `_target_` names the class. Nothing else is edited to add one:
+the config group is the registry (`xfmr.objectives.registry`), and everything that trains or
+uses a run talks to the objective through the methods below (README: "Adding an objective").
+
+The class body declares, as literals, since the config check reads them from the source
+without importing torch (`xfmr.declared`):
+
+    name        its config name (conf/objective/NAME.yaml)
+    archs       the architectures it can train
+    reads       the kind of examples it reads (`xfmr.kinds`); the data group must give it
+    segments    the token types its inputs use (2: sentences A and B)
+    heads       the choices of its `objective.head` key, if it has one
+    required_special_tokens   tokens it needs the tokenizer to have
+    uses_labels               takes the data's label set (`bind_labels`)
+    by_perplexity             its loss is a mean over tokens, so exp(loss) is a perplexity
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+from torchmetrics import Metric
+from torchmetrics.text import Perplexity
+
+from xfmr.kinds import KINDS
+from xfmr.nn import ModelConfig, build_model
+from xfmr.nn.config import ARCHS
+from xfmr.objectives.common import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from xfmr.text.tokenizers import TextTokenizer
+
+Batch = dict[str, torch.Tensor]
+PAD_TOKENS = ("<pad>", "[PAD]")
+
+
+@dataclass(frozen=True)
+class TextTask:
+    """How a trained model reads text and writes it back (xfmr-generate, xfmr-eval's BLEU).
+
+    Args:
+        kind: "continue" (causal LM), "translate" (encoder-decoder) or "fill_masks" (MLM).
+        pad_id: fills rows up to the batch's longest (masked out).
+        eos_id: ends a hypothesis (None: only generation.max_new_tokens does).
+        decoder_start_id: the encoder-decoder's first decoder token.
+        source_suffix: ids appended to every input (seq2seq's </s>).
+        hidden_ids: ids left out of the text printed (special tokens).
+        mask_id: the [MASK] id an MLM encoder fills.
+    """
+
+    kind: str
+    pad_id: int
+    eos_id: int | None = None
+    decoder_start_id: int | None = None
+    source_suffix: tuple[int, ...] = ()
+    hidden_ids: frozenset[int] = frozenset()
+    mask_id: int | None = None
+
+
+class Objective:
+    """The base of every objective: the declarations above, and what a batch becomes.
+
+    Subclasses implement `collate` and `forward`; the rest have the defaults of a token-level
+    objective on the plain model (`xfmr.nn.build_model`, perplexity, no text).
+    """
+
+    name: ClassVar[str]
+    archs: ClassVar[tuple[str, ...]]
+    reads: ClassVar[str]
+    segments: ClassVar[int] = 1
+    heads: ClassVar[tuple[str, ...]] = ()
+    required_special_tokens: ClassVar[tuple[str, ...]] = ()
+    uses_labels: ClassVar[bool] = False
+    by_perplexity: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [n for n in ("name", "archs", "reads") if not hasattr(cls, n)]
+        if missing:
+            raise TypeError(f"objective {cls.__name__} does not declare {missing}")
+        if cls.reads not in KINDS:
+            raise TypeError(f"{cls.__name__}.reads={cls.reads!r}: use one of {list(KINDS)}")
+        if not cls.archs or not set(cls.archs) <= set(ARCHS):
+            raise TypeError(f"{cls.__name__}.archs={cls.archs!r}: use some of {list(ARCHS)}")
+
+    # --- built once the tokenizer and the data are known ---------------------------------------
+
+    def bind(self, tokenizer: TextTokenizer) -> None:
+        """Take the ids it needs from the run's tokenizer (special tokens, vocabulary size)."""
+
+    def bind_labels(self, label_names: list[str]) -> None:
+        """Take the data's label set (objectives with `uses_labels`)."""
+        raise TypeError(f"objective={self.name} takes no label set")
+
+    def build_model(self, config: ModelConfig) -> nn.Module:
+        """The model it trains: the plain model, or one with its task head."""
+        return build_model(config)
+
+    # --- training and validation ---------------------------------------------------------------
+
+    def collate(self, examples: list[Any]) -> Batch:
+        """A list of examples of the kind it `reads` -> a batch with `labels`
+        (IGNORE_INDEX where nothing counts)."""
+        raise NotImplementedError
+
+    def forward(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean loss over the counted labels, logits)."""
+        raise NotImplementedError
+
+    def metrics(self) -> dict[str, Metric]:
+        """Validation metrics, fresh; logged as val/NAME."""
+        return {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
+
+    def update_metrics(self, metrics: nn.ModuleDict, logits: torch.Tensor, batch: Batch) -> None:
+        metrics["ppl"].update(logits.float(), batch["labels"])
+
+    # --- using a trained run -------------------------------------------------------------------
+
+    def text_task(self, tokenizer: TextTokenizer) -> TextTask | None:
+        """How a model it trained writes text; None: it writes none (a classifier)."""
+        return None
+
+
+def padding_id(tokenizer: TextTokenizer) -> int:
+    """The tokenizer's padding token if it has one; else id 0, which the attention mask hides."""
+    for token in PAD_TOKENS:
+        if (token_id := tokenizer.token_to_id(token)) is not None:
+            return token_id
+    return 0
