@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_POSITIONS
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES, OBJECTIVE_DATA
+from xfmr.objectives.registry import objectives
 from xfmr.paths import config_dir
 
 
@@ -25,12 +25,8 @@ def _choices(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
-def _objective_class(choice: str) -> str:
-    return {v: k for k, v in OBJECTIVE_CHOICES.items()}[choice]
-
-
 def _objective_archs(choice: str) -> tuple[str, ...]:
-    return OBJECTIVE_ARCHS[_objective_class(choice)]
+    return objectives()[choice].archs
 
 
 COMBINATIONS = list(itertools.product(_choices("arch"), _choices("pos"), _choices("objective")))
@@ -42,7 +38,7 @@ def _compose(tmp_path: Path, overrides: list[str]):
     GlobalHydra.instance().clear()
     paths = [f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path / 'run'}"]
     objective = next(o.split("=", 1)[1] for o in overrides if o.startswith("objective="))
-    kind = OBJECTIVE_DATA[_objective_class(objective)]
+    kind = objectives()[objective].reads
     if kind == "pairs":
         data = ["data=synthetic_translation", "data.n_pairs=60", "data.max_length=12"]
     elif kind == "labelled":

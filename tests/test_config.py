@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
-from xfmr.objectives.archs import OBJECTIVE_ARCHS, OBJECTIVE_CHOICES, OBJECTIVE_DATA
+from xfmr.objectives.registry import objective_facts, objectives
 from xfmr.paths import config_dir
 from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
 
@@ -42,23 +42,23 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
     for choice in _choices(group):
         overrides = [f"{group}={choice}"]
         if group == "objective":  # with an architecture the objective can train
-            name = {v: k for k, v in OBJECTIVE_CHOICES.items()}[choice]
-            overrides.append(f"arch={OBJECTIVE_ARCHS[name][0]}")
-            if OBJECTIVE_DATA[name] == "pairs":
+            facts = objectives()[choice]
+            overrides.append(f"arch={facts.archs[0]}")
+            if facts.reads == "pairs":
                 overrides.append("data=synthetic_translation")
-            if OBJECTIVE_DATA[name] == "labelled":
+            if facts.reads == "labelled":
                 (tmp_path / "l.tsv").write_text("sentence\tlabel\nok\t1\n")
                 overrides += ["data=delimited", f"data.train_path={tmp_path / 'l.tsv'}"]
                 overrides.append(f"data.val_path={tmp_path / 'l.tsv'}")
-            if OBJECTIVE_DATA[name] == "tagged":
+            if facts.reads == "tagged":
                 (tmp_path / "t.txt").write_text("EU B-ORG\nrejects O\n")
                 overrides += ["data=conll", f"data.train_path={tmp_path / 't.txt'}"]
                 overrides.append(f"data.val_path={tmp_path / 't.txt'}")
-            if OBJECTIVE_DATA[name] == "questions":
+            if facts.reads == "questions":
                 (tmp_path / "q.json").write_text('{"data": []}')
                 overrides += ["data=squad", f"data.train_path={tmp_path / 'q.json'}"]
                 overrides.append(f"data.val_path={tmp_path / 'q.json'}")
-            if OBJECTIVE_DATA[name] == "documents":
+            if facts.reads == "documents":
                 (tmp_path / "d.txt").write_text("a b.\nc d.\n\ne f.\n")
                 overrides += ["data=documents", f"data.path={tmp_path / 'd.txt'}"]
         if group == "data" and choice == "squad":
@@ -104,7 +104,7 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
         cfg = _compose(overrides)
         model = model_config(cfg, vocab_size=10)
         assert model.d_model % model.n_heads == 0
-        if group != "arch" or model.arch in OBJECTIVE_ARCHS["CausalLMObjective"]:  # default: clm
+        if group != "arch" or model.arch in objectives()["clm"].archs:  # default: clm
             check_config(cfg)
 
 
@@ -213,5 +213,4 @@ def test_every_experiment_composes_to_a_valid_model(experiment: str) -> None:
     cfg = _compose([f"experiment={experiment}"])
     model = model_config(cfg, vocab_size=100)
     assert model.arch in {"decoder", "encoder", "encoder_decoder", "rnn"}
-    name = cfg.objective._target_.rsplit(".", 1)[-1]
-    assert model.arch in OBJECTIVE_ARCHS[name]
+    assert model.arch in objective_facts(cfg.objective._target_).archs

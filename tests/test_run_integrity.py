@@ -343,7 +343,7 @@ def test_a_run_without_labels_json_reads_them_again_with_a_warning(
 ) -> None:
     from omegaconf import OmegaConf
 
-    from xfmr.runs.loading import trained_labels
+    from xfmr.parts.labels import trained_labels
 
     tsv = tmp_path / "train.tsv"
     tsv.write_text(LABELLED)
@@ -402,7 +402,7 @@ def test_init_from_hf_without_transformers_names_the_extra(tmp_path: Path) -> No
 
 
 def test_init_from_hf_checks_for_transformers_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xfmr.training.transfer import init_source
+    from xfmr.parts.transfer import init_source
 
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(UserError, match=r"pip install -e '\.\[hf\]'"):

@@ -11,7 +11,7 @@ without importing torch (`xfmr.declared`):
     name        its config name (conf/objective/NAME.yaml)
     archs       the architectures it can train
     reads       the kind of examples it reads (`xfmr.kinds`); the data group must give it
-    segments    the token types its inputs use (2: sentences A and B)
+    segments    the segment (token type) embeddings it needs: 2 for sentences A and B, else 0
     heads       the choices of its `objective.head` key, if it has one
     required_special_tokens   tokens it needs the tokenizer to have
     uses_labels               takes the data's label set (`bind_labels`)
@@ -73,7 +73,7 @@ class Objective:
     name: ClassVar[str]
     archs: ClassVar[tuple[str, ...]]
     reads: ClassVar[str]
-    segments: ClassVar[int] = 1
+    segments: ClassVar[int] = 0
     heads: ClassVar[tuple[str, ...]] = ()
     required_special_tokens: ClassVar[tuple[str, ...]] = ()
     uses_labels: ClassVar[bool] = False

@@ -28,7 +28,7 @@ class ObjectiveFacts:
     name: str
     archs: tuple[str, ...]
     reads: str
-    segments: int = 1
+    segments: int = 0
     heads: tuple[str, ...] = ()
 
 

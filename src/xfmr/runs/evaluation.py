@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
 from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.parts.build import data_module
 from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
 from xfmr.runs.loading import LoadedRun
 
@@ -27,7 +27,7 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
     objective, as training built it."""
     # The run's own label set: a label's index is the one the model was trained with.
     labels = run.objective.label_names if run.objective.uses_labels else None
-    datamodule = instantiate(data_config, **({"labels": labels} if labels else {}))
+    datamodule = data_module(data_config, labels)
     datamodule.attach(run.tokenizer, run.objective.collate)
     return datamodule
 

@@ -1,24 +1,23 @@
 """One way to load a trained run, used by every entry point that reads one: the resolved config,
-the tokenizer, the objective bound to it, and the model built as `XfmrModule` builds it with
-the weights of a chosen checkpoint."""
+and the parts built from it as training builds them (`xfmr.parts`), with the weights of a
+chosen checkpoint."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig
 from xfmr.objectives.contract import Objective
+from xfmr.parts.build import build_parts, plan_finished
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
-from xfmr.run_dir.files import LABELS_FILE, RunFiles, locate_run, read_labels
+from xfmr.run_dir.files import RunFiles, locate_run
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
@@ -58,53 +57,19 @@ def load_run(
     best, else last). Every missing or unreadable part is a UserError naming the path."""
     files = locate_run(run_dir, checkpoint)
     config = OmegaConf.load(files.config)
-    tokenizer = TextTokenizer.load(files.tokenizer)
     state = read_checkpoint(files.checkpoint)
-    objective = bind_objective(config, tokenizer, files.run_dir)
-    model_config = ModelConfig.from_dict(state["hyper_parameters"]["model_config"])
-    model = build_run_model(objective, model_config)
-    load_weights(model, state["state_dict"], files.checkpoint)
-    model.to(resolve_device(device)).eval()
+    parts = build_parts(plan_finished(config, files.run_dir, state))
+    load_weights(parts.model, state["state_dict"], files.checkpoint)
+    parts.model.to(resolve_device(device)).eval()
     return LoadedRun(
         files=files,
         config=config,
-        tokenizer=tokenizer,
-        objective=objective,
-        model=model,
-        model_config=model_config,
+        tokenizer=parts.tokenizer,
+        objective=parts.objective,
+        model=parts.model,
+        model_config=parts.model_config,
         global_step=state.get("global_step"),
     )
-
-
-def bind_objective(config: DictConfig, tokenizer: TextTokenizer, run_dir: Path) -> Any:
-    """The run's objective, bound to its tokenizer and label set as `train` binds them."""
-    objective = instantiate(config.objective)
-    objective.bind(tokenizer)
-    if objective.uses_labels:  # classification, tagging
-        objective.bind_labels(trained_labels(config, run_dir))
-    return objective
-
-
-def trained_labels(config: DictConfig, run_dir: Path) -> list[str]:
-    """The labels the run was trained on, from its labels.json. A run written before runs kept
-    them is given its training data's labels again, with a warning: they are right only if
-    that data has not changed since."""
-    labels = read_labels(run_dir)
-    if labels is not None:
-        return labels
-    log.warning(
-        "%s has no %s (written by an older xfmr-train): reading the label set from the "
-        "training data again, which is right only if the data has not changed since",
-        run_dir,
-        LABELS_FILE,
-    )
-    return instantiate(config.data).label_names()
-
-
-def build_run_model(objective: Any, model_config: ModelConfig) -> nn.Module:
-    """The model as XfmrModule builds it: the objective's own builder (a task head) if it has
-    one, else `xfmr.nn.build_model`."""
-    return objective.build_model(model_config)
 
 
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:

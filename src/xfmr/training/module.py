@@ -12,7 +12,6 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 from torchmetrics import MeanMetric
 
-from xfmr.nn import ModelConfig
 from xfmr.objectives.common import IGNORE_INDEX
 from xfmr.objectives.contract import Objective
 from xfmr.training.guards import NonFiniteGuard
@@ -21,7 +20,8 @@ from xfmr.training.optim import param_groups
 
 class XfmrModule(L.LightningModule):
     """Args:
-    model_config: the resolved model config (a plain dict with `vocab_size`), saved in checkpoints.
+    model: the model to train, as the objective builds it (`xfmr.parts.build_parts`).
+    model_config: the model's config as a plain dict, saved in checkpoints.
     objective: builds the model, the loss from a batch and the validation metrics.
     optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
     scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
@@ -37,6 +37,7 @@ class XfmrModule(L.LightningModule):
     def __init__(
         self,
         *,
+        model: nn.Module,
         model_config: dict[str, Any],
         objective: Objective,
         optimizer: Callable[..., torch.optim.Optimizer],
@@ -47,7 +48,7 @@ class XfmrModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
-        self.model: nn.Module = objective.build_model(ModelConfig.from_dict(model_config))
+        self.model = model
         self.objective = objective
         self.training_loss = torch.compile(objective.forward) if compile else objective.forward
         self.optimizer_factory = optimizer

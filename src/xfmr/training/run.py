@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from xfmr.checks import model_config as model_config_for
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
+from xfmr.parts.build import Parts, Plan, build_parts, plan_training
+from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.run_dir.files import LABELS_FILE, read_labels
 from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
-from xfmr.text.sample import BYTES_PER_MB, survey, training_text
-from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
+from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
 from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
@@ -33,13 +33,6 @@ from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
-from xfmr.training.transfer import (
-    InitSource,
-    freeze_backbone,
-    init_source,
-    initialise_from,
-    pretrained_model_config,
-)
 
 log = logging.getLogger("xfmr")
 
@@ -55,68 +48,98 @@ def train(
     Returns the results written to `results.json` (None on DDP workers). The run directory is
     locked while it trains (`xfmr.run_dir.lock`): one training process per directory.
     """
-    source = init_source(cfg.get("init_from"))  # a missing source fails before anything is written
     run_dir = Path(cfg.paths.output_dir)
+    plan = plan_training(cfg, run_dir)  # a missing init_from fails before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     # DDP workers, and the other ranks of a run launched by torchrun or SLURM, train beside rank 0.
     lock = hold_run_dir(run_dir) if not is_worker and is_global_rank_zero() else nullcontext()
     with lock:
-        return _train(cfg, run_dir, source, is_worker=is_worker, overrides=overrides)
+        return _train(plan, is_worker=is_worker, overrides=overrides)
 
 
-def _train(
-    cfg: DictConfig,
-    run_dir: Path,
-    source: InitSource | None,
-    *,
-    is_worker: bool,
-    overrides: Sequence[str],
-) -> dict[str, Any] | None:
+@dataclass
+class Fitted:
+    """How fitting ended: the trainer, the run's status and, if it failed, why."""
+
+    trainer: L.Trainer
+    summary: RunSummary
+    stop_on_signal: StopOnSignal
+    status: str
+    failure: str | None
+
+
+def _train(plan: Plan, *, is_worker: bool, overrides: Sequence[str]) -> dict[str, Any] | None:
     started = time.time()
+    cfg, run_dir = plan.config, plan.run_dir
     tidy_lightning_logging()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-
-    datamodule = instantiate(cfg.data)
-    objective = instantiate(cfg.objective)
-    tokenizer = prepare_tokenizer(
-        cfg,
-        datamodule,
-        run_dir,
-        cache_only=is_worker,
-        special_tokens=objective.required_special_tokens,
-        pretrained=source.tokenizer if source else None,
-    )
-    objective.bind(tokenizer)
-    if objective.uses_labels:  # the label set is the data's, known once it is read
-        objective.bind_labels(run_labels(datamodule, run_dir, save=not is_worker))
-    datamodule.attach(tokenizer, objective.collate)
-    if source and source.kind == "hf":
-        model_config = pretrained_model_config(cfg, source.path, objective).to_dict()
-    else:
-        model_config = model_config_for(cfg, vocab_size=tokenizer.vocab_size).to_dict()
-    ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, model_config)
+    parts = build_parts(plan, data=cfg.data, is_worker=is_worker)
+    ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, parts.model_config.to_dict())
     if not is_worker:
-        cfg.ckpt_path = ckpt_path
-        with atomic_path(run_dir / CONFIG_FILE) as temporary:
-            OmegaConf.save(cfg, temporary)
-        if ckpt_path:
-            log.info("resuming from %s", ckpt_path)
-
+        save_config(cfg, run_dir, ckpt_path)
     nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
-    module = XfmrModule(
-        model_config=model_config,
-        objective=objective,
+    module = training_module(cfg, parts, nonfinite)
+    transfer = None
+    if plan.init and not ckpt_path:  # a resumed run already holds the transferred weights
+        transfer = initialise_from(module.model, plan.init)
+    if cfg.get("finetune", {}).get("freeze_backbone"):
+        freeze_backbone(module.model)
+    fitted = fit_run(cfg, run_dir, parts, module, ckpt_path=ckpt_path, is_worker=is_worker)
+    if is_worker or fitted.trainer.global_rank != 0:
+        return None
+    results = summarize(
+        fitted.trainer,
+        fitted.summary,
+        module,
+        started=started,
+        overrides=overrides,
+        resumed_from=ckpt_path,
+    )
+    results.update(
+        status=fitted.status,
+        optimized_metric=cfg.get("optimized_metric"),
+        skipped_steps=nonfinite.skipped,  # non-finite steps left out (nonfinite.max_skips)
+    )
+    if fitted.failure:
+        results["reason"] = fitted.failure
+    if transfer is not None:
+        results["init_from"] = {"source": str(plan.init.path), **transfer.summary()}
+    return finish(run_dir, results, fitted, overrides)
+
+
+def save_config(cfg: DictConfig, run_dir: Path, ckpt_path: str | None) -> None:
+    """The resolved config, with the checkpoint the run resumes from, in RUN_DIR/config.yaml."""
+    cfg.ckpt_path = ckpt_path
+    with atomic_path(run_dir / CONFIG_FILE) as temporary:
+        OmegaConf.save(cfg, temporary)
+    if ckpt_path:
+        log.info("resuming from %s", ckpt_path)
+
+
+def training_module(cfg: DictConfig, parts: Parts, nonfinite: NonFiniteGuard) -> XfmrModule:
+    return XfmrModule(
+        model=parts.model,
+        model_config=parts.model_config.to_dict(),
+        objective=parts.objective,
         optimizer=instantiate(cfg.optim),
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
         compile=bool(cfg.compile),
         nonfinite_guard=nonfinite,
     )
-    transfer = None
-    if source and not ckpt_path:  # a resumed run already holds the transferred weights
-        transfer = initialise_from(module.model, source)
-    if cfg.get("finetune", {}).get("freeze_backbone"):
-        freeze_backbone(module.model)
+
+
+def fit_run(
+    cfg: DictConfig,
+    run_dir: Path,
+    parts: Parts,
+    module: XfmrModule,
+    *,
+    ckpt_path: str | None,
+    is_worker: bool,
+) -> Fitted:
+    """Fit `module` on the parts' data with the config's trainer, loggers and callbacks (and
+    the DDP workers it launches); validate and save the last state of a run that ended well."""
     peak_tflops = cfg.throughput.peak_tflops
     summary = RunSummary(
         peak_flops=None if peak_tflops is None else float(peak_tflops) * 1e12,
@@ -137,51 +160,63 @@ def _train(
         callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, stop_on_signal]
         callbacks += [pruning] if pruning else []
         callbacks += [ContinuedCsvLog(earlier_rows)] if earlier_rows else []
-        if not loggers:  # with logger=none there is nowhere to send learning rates
-            callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
-        for callback in callbacks:
-            if isinstance(callback, TextSample):
-                callback.tokenizer = tokenizer
         trainer = instantiate(
             cfg.trainer,
-            callbacks=callbacks,
+            callbacks=_fitting(callbacks, loggers, parts.tokenizer),
             logger=loggers or False,
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO()],
         )
-        failure = fit(trainer, module, datamodule, ckpt_path=ckpt_path, cfg=cfg)
+        failure = fit(trainer, module, parts.datamodule, ckpt_path=ckpt_path, cfg=cfg)
         status = run_status(trainer, failure, pruning, stop_on_signal)
         if status in ("completed", "pruned"):
-            if not summary.history or summary.history[-1]["step"] != trainer.global_step:
-                trainer.validate(module, datamodule=datamodule, verbose=False)
-                summary.on_validation_end(trainer, module)
-            try:
-                trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
-            except DiskFull as e:
-                failure, status = str(e), "failed"
+            failure, status = _close(trainer, module, parts.datamodule, summary, run_dir, status)
         finish_loggers(trainer, status)
-    if is_worker or trainer.global_rank != 0:
-        return None
-    results = summarize(
-        trainer, summary, module, started=started, overrides=overrides, resumed_from=ckpt_path
-    )
-    results.update(
-        status=status,
-        optimized_metric=cfg.get("optimized_metric"),
-        skipped_steps=nonfinite.skipped,  # non-finite steps left out (nonfinite.max_skips)
-    )
-    if failure:
-        results["reason"] = failure
-    if transfer is not None:
-        results["init_from"] = {"source": str(source.path), **transfer.summary()}
+    return Fitted(trainer, summary, stop_on_signal, status, failure)
+
+
+def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:
+    """The callbacks, minus what has nothing to report to, with what they need at run time."""
+    if not loggers:  # with logger=none there is nowhere to send learning rates
+        callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
+    for callback in callbacks:
+        if isinstance(callback, TextSample):
+            callback.tokenizer = tokenizer
+    return callbacks
+
+
+def _close(
+    trainer: L.Trainer,
+    module: XfmrModule,
+    datamodule: Any,
+    summary: RunSummary,
+    run_dir: Path,
+    status: str,
+) -> tuple[str | None, str]:
+    """Validate the last step (unless it just was) and save the last state: (failure, status)."""
+    if not summary.history or summary.history[-1]["step"] != trainer.global_step:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        summary.on_validation_end(trainer, module)
+    try:
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    except DiskFull as e:
+        return str(e), "failed"
+    return None, status
+
+
+def finish(
+    run_dir: Path, results: dict[str, Any], fitted: Fitted, overrides: Sequence[str]
+) -> dict[str, Any]:
+    """Write results.json; then raise what ended a run that did not complete."""
+    failure = fitted.failure
     try:
         write_results(run_dir, results)
     except DiskFull as e:  # the disk is still full: say why the run stopped, and this
         raise RunFailed(f"{failure}; {e}" if failure else str(e)) from None
     if failure:
         raise RunFailed(failure)
-    if status == "interrupted":
-        raise RunInterrupted(interrupted_message(stop_on_signal, run_dir, overrides))
+    if fitted.status == "interrupted":
+        raise RunInterrupted(interrupted_message(fitted.stop_on_signal, run_dir, overrides))
     return results
 
 
@@ -202,30 +237,6 @@ def fit(
         log.error("%s", e)
         return reason
     return None
-
-
-def run_labels(datamodule: Any, run_dir: Path, *, save: bool) -> list[str]:
-    """The data's label set (classification, tagging), kept in RUN_DIR/labels.json so the run
-    is used with the labels it was trained on however the data changes later. A run directory
-    that already holds other labels (a resume on changed data) is refused."""
-    labels = datamodule.label_names()
-    saved = read_labels(run_dir)
-    if saved is not None and saved != labels:
-        raise UserError(
-            f"the data's labels {_few(labels)} differ from {run_dir / LABELS_FILE}'s "
-            f"{_few(saved)}, which this run was trained on: train in a new run directory, or "
-            f"give data.labels=[{','.join(saved)}]"
-        )
-    if saved is None and save:
-        write_json(run_dir / LABELS_FILE, labels)
-    return labels
-
-
-def _few(labels: list[str], limit: int = 8) -> str:
-    shown = ", ".join(labels[:limit]) + (
-        f", ... ({len(labels)} in all)" if len(labels) > limit else ""
-    )
-    return f"[{shown}]"
 
 
 def run_status(
@@ -287,74 +298,6 @@ class _DropNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         return not any(noise in message for noise in _NOISE)
-
-
-def prepare_tokenizer(
-    cfg: DictConfig,
-    datamodule: Any,
-    run_dir: Path,
-    *,
-    cache_only: bool = False,
-    special_tokens: tuple[str, ...] = (),
-    pretrained: Path | None = None,
-) -> TextTokenizer:
-    """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
-    cached one for the same training text and settings, and copy it into the run directory.
-
-    The training text is the head of the training split, at most `tokenizer.train_sample_mb`,
-    read a chunk at a time (`xfmr.text.sample`); the cache key is that text's fingerprint, since
-    it and the settings alone decide the tokenizer."""
-    own = run_dir / "tokenizer.json"
-    if own.is_file():
-        return TextTokenizer.load(own)
-    if pretrained is not None:  # the checkpoint's own vocabulary
-        tokenizer = TextTokenizer.load(pretrained)
-        missing = [t for t in special_tokens if tokenizer.token_to_id(t) is None]
-        if missing:
-            raise UserError(
-                f"init_from: the source's tokenizer {pretrained} lacks {missing}, which "
-                f"objective={cfg.objective._target_.rsplit('.', 1)[-1]} needs; pretrain with a "
-                f"tokenizer that has them (tokenizer=wordpiece, or list them in "
-                f"tokenizer.special_tokens)"
-            )
-        tokenizer.save(own)
-        return tokenizer
-    if cache_only:
-        raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
-    settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
-    # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
-    listed = list(settings.get("special_tokens") or [])
-    settings["special_tokens"] = listed + [t for t in special_tokens if t not in listed]
-    spec = TokenizerSpec(**settings)
-    max_bytes = round(spec.train_sample_mb * BYTES_PER_MB)
-    sample = survey(datamodule, max_bytes) if spec.kind != "pretrained" else None
-    if sample is not None and not sample.whole:
-        _warn_partial_sample(spec, sample.n_bytes)
-    tokenizer, cached = fit_or_load(
-        spec,
-        training_text(datamodule, max_bytes),  # read only if no cached tokenizer matches
-        data_fingerprint=sample.fingerprint if sample else "",
-        cache_dir=cfg.paths.cache_dir,
-    )
-    log.info(
-        "tokenizer: %s, vocabulary %d (%s)",
-        spec.kind,
-        tokenizer.vocab_size,
-        "cached" if cached else "trained",
-    )
-    tokenizer.save(own)
-    return tokenizer
-
-
-def _warn_partial_sample(spec: TokenizerSpec, n_bytes: int) -> None:
-    unk = f"; characters seen only after it become {spec.unk_token}" if spec.kind == "char" else ""
-    log.warning(
-        "tokenizer: trained on the first %.3g MB of the training split "
-        "(tokenizer.train_sample_mb=%s)%s",
-        n_bytes / BYTES_PER_MB,
-        spec.train_sample_mb,
-        unk,
-    )
 
 
 def resolve_checkpoint(

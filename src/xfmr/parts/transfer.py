@@ -140,8 +140,8 @@ def freeze_backbone(model: nn.Module) -> None:
         )
 
 
-def pretrained_model_config(cfg: DictConfig, hf_dir: Path, objective: Any) -> Any:
-    """The HF checkpoint's model, with this run's dropout; checked against the objective."""
+def pretrained_model_config(cfg: DictConfig, hf_dir: Path) -> Any:
+    """The HF checkpoint's model, with this run's dropout."""
     from xfmr.interop.hf import hf_model_config
 
     try:
@@ -155,10 +155,5 @@ def pretrained_model_config(cfg: DictConfig, hf_dir: Path, objective: Any) -> An
         raise UserError(
             f"data.block_size={cfg.data.block_size} is longer than the {limit} learned positions "
             f"of init_from=hf:{hf_dir}"
-        )
-    if config.arch not in objective.archs:
-        raise UserError(
-            f"init_from=hf:{hf_dir} is an arch={config.arch} model; objective={objective.name} "
-            f"trains arch in {list(objective.archs)}"
         )
     return config

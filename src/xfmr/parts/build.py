@@ -1,0 +1,132 @@
+"""The parts of a run, built in one place: tokenizer, data, objective and model.
+
+First a `Plan` says where each part comes from (the run directory, `init_from`, a Hugging Face
+checkpoint, or the config), resolved once; then `build_parts` builds from the plan, top to
+bottom. Training plans a new or resumed run (`plan_training`); everything that uses a finished
+run plans from its directory and checkpoint (`plan_finished`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch import nn
+
+from xfmr.checks import model_config as config_model
+from xfmr.errors import UserError
+from xfmr.nn import ModelConfig
+from xfmr.objectives.contract import Objective
+from xfmr.parts.labels import run_labels, trained_labels
+from xfmr.parts.tokenizer import prepare_tokenizer
+from xfmr.parts.transfer import InitSource, init_source, pretrained_model_config
+from xfmr.run_dir.files import TOKENIZER_FILE
+from xfmr.text.tokenizers import TextTokenizer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each part of a run comes from.
+
+    Args:
+        config: the run's resolved config.
+        run_dir: the run directory: its tokenizer.json and labels.json are the run's own.
+        finished: a finished run is used (its tokenizer and labels are read, never written);
+            else a run is trained (the tokenizer is fitted or cached if the run has none).
+        init: the weights a new run starts from (`init_from`), or None.
+        model_config: the model's shape where the config does not decide it: the finished
+            run's checkpoint, or init_from's Hugging Face checkpoint; None: the config's
+            `model` and `pos` sections, with the tokenizer's vocabulary.
+    """
+
+    config: DictConfig
+    run_dir: Path
+    finished: bool
+    init: InitSource | None = None
+    model_config: ModelConfig | None = None
+
+
+@dataclass
+class Parts:
+    """A run's parts, bound to each other: the objective knows the tokenizer's ids and the
+    label set, the data (if built) is encoded by the tokenizer and batched by the objective, and
+    the model is the objective's (with its task head), with fresh weights."""
+
+    tokenizer: TextTokenizer
+    objective: Objective
+    datamodule: Any | None
+    model_config: ModelConfig
+    model: nn.Module
+
+
+def plan_training(cfg: DictConfig, run_dir: Path) -> Plan:
+    """The plan of a run `xfmr-train` trains in `run_dir`; a missing `init_from` fails here,
+    before anything is written."""
+    source = init_source(cfg.get("init_from"))
+    model_config = None
+    if source is not None and source.kind == "hf":
+        model_config = pretrained_model_config(cfg, source.path)
+    return Plan(config=cfg, run_dir=run_dir, finished=False, init=source, model_config=model_config)
+
+
+def plan_finished(config: DictConfig, run_dir: Path, checkpoint: dict[str, Any]) -> Plan:
+    """The plan of a finished run: its config, and the model its checkpoint was saved from."""
+    model_config = ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"])
+    return Plan(config=config, run_dir=run_dir, finished=True, model_config=model_config)
+
+
+def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool = False) -> Parts:
+    """Build the run's parts from `plan`; `data` (a data config) is built and attached when
+    given. A DDP worker (`is_worker`) reads what rank 0 wrote and writes nothing."""
+    objective: Objective = instantiate(plan.config.objective)
+    labels = trained_labels(plan.config, plan.run_dir) if _labelled(plan, objective) else None
+    datamodule = data_module(data, labels) if data is not None else None
+    tokenizer = _tokenizer(plan, objective, datamodule, is_worker=is_worker)
+    objective.bind(tokenizer)
+    if objective.uses_labels:  # the label set is the data's, known once it is read
+        if labels is None:
+            labels = run_labels(datamodule, plan.run_dir, save=not is_worker)
+        objective.bind_labels(labels)
+    if datamodule is not None:
+        datamodule.attach(tokenizer, objective.collate)
+    model_config = plan.model_config or config_model(plan.config, vocab_size=tokenizer.vocab_size)
+    if (
+        plan.init is not None
+        and plan.init.kind == "hf"
+        and model_config.arch not in objective.archs
+    ):
+        raise UserError(
+            f"init_from=hf:{plan.init.path} is an arch={model_config.arch} model; "
+            f"objective={objective.name} trains arch in {list(objective.archs)}"
+        )
+    model = objective.build_model(model_config)
+    return Parts(tokenizer, objective, datamodule, model_config, model)
+
+
+def data_module(data: DictConfig, labels: list[str] | None = None) -> Any:
+    """The data group's module; with `labels`, a label's index is its place in that list (the
+    label set a finished run was trained on), not in the data's own."""
+    return instantiate(data, **({"labels": labels} if labels else {}))
+
+
+def _labelled(plan: Plan, objective: Objective) -> bool:
+    """A finished run's labels come from its labels.json; a training run's from its data."""
+    return plan.finished and objective.uses_labels
+
+
+def _tokenizer(
+    plan: Plan, objective: Objective, datamodule: Any | None, *, is_worker: bool
+) -> TextTokenizer:
+    if plan.finished:
+        return TextTokenizer.load(plan.run_dir / TOKENIZER_FILE)
+    return prepare_tokenizer(
+        plan.config,
+        datamodule,
+        plan.run_dir,
+        cache_only=is_worker,
+        special_tokens=objective.required_special_tokens,
+        pretrained=plan.init.tokenizer if plan.init else None,
+    )

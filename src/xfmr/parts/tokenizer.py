@@ -1,0 +1,84 @@
+"""The run's tokenizer: its own tokenizer.json if it has one, init_from's, or one trained on the
+head of the training split (or taken from the cache, for the same text and settings)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xfmr.errors import UserError
+from xfmr.text.sample import BYTES_PER_MB, survey, training_text
+from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
+
+log = logging.getLogger("xfmr")
+
+
+def prepare_tokenizer(
+    cfg: DictConfig,
+    datamodule: Any,
+    run_dir: Path,
+    *,
+    cache_only: bool = False,
+    special_tokens: tuple[str, ...] = (),
+    pretrained: Path | None = None,
+) -> TextTokenizer:
+    """The run's own `tokenizer.json` if it has one (resume, DDP workers); else train or reuse a
+    cached one for the same training text and settings, and copy it into the run directory.
+
+    The training text is the head of the training split, at most `tokenizer.train_sample_mb`,
+    read a chunk at a time (`xfmr.text.sample`); the cache key is that text's fingerprint, since
+    it and the settings alone decide the tokenizer."""
+    own = run_dir / "tokenizer.json"
+    if own.is_file():
+        return TextTokenizer.load(own)
+    if pretrained is not None:  # the checkpoint's own vocabulary
+        tokenizer = TextTokenizer.load(pretrained)
+        missing = [t for t in special_tokens if tokenizer.token_to_id(t) is None]
+        if missing:
+            raise UserError(
+                f"init_from: the source's tokenizer {pretrained} lacks {missing}, which "
+                f"objective={cfg.objective._target_.rsplit('.', 1)[-1]} needs; pretrain with a "
+                f"tokenizer that has them (tokenizer=wordpiece, or list them in "
+                f"tokenizer.special_tokens)"
+            )
+        tokenizer.save(own)
+        return tokenizer
+    if cache_only:
+        raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
+    settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
+    listed = list(settings.get("special_tokens") or [])
+    settings["special_tokens"] = listed + [t for t in special_tokens if t not in listed]
+    spec = TokenizerSpec(**settings)
+    max_bytes = round(spec.train_sample_mb * BYTES_PER_MB)
+    sample = survey(datamodule, max_bytes) if spec.kind != "pretrained" else None
+    if sample is not None and not sample.whole:
+        _warn_partial_sample(spec, sample.n_bytes)
+    tokenizer, cached = fit_or_load(
+        spec,
+        training_text(datamodule, max_bytes),  # read only if no cached tokenizer matches
+        data_fingerprint=sample.fingerprint if sample else "",
+        cache_dir=cfg.paths.cache_dir,
+    )
+    log.info(
+        "tokenizer: %s, vocabulary %d (%s)",
+        spec.kind,
+        tokenizer.vocab_size,
+        "cached" if cached else "trained",
+    )
+    tokenizer.save(own)
+    return tokenizer
+
+
+def _warn_partial_sample(spec: TokenizerSpec, n_bytes: int) -> None:
+    unk = f"; characters seen only after it become {spec.unk_token}" if spec.kind == "char" else ""
+    log.warning(
+        "tokenizer: trained on the first %.3g MB of the training split "
+        "(tokenizer.train_sample_mb=%s)%s",
+        n_bytes / BYTES_PER_MB,
+        spec.train_sample_mb,
+        unk,
+    )
