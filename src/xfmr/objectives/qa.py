@@ -17,7 +17,7 @@ from xfmr.objectives.contract import Objective
 from xfmr.objectives.squad_metrics import SquadScore
 
 if TYPE_CHECKING:
-    from xfmr.data.squad import QAItem, QAWindow
+    from xfmr.kinds import QAItem, QAWindow
 
 CLS_POSITION = 0  # where a window without the answer points (BERT's run_squad.py)
 

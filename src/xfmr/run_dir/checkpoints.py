@@ -13,6 +13,7 @@ A .safetensors file (xfmr-export) is a JSON header and raw tensors: nothing in i
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import zipfile
@@ -35,8 +36,6 @@ def read_checkpoint(path: Path, *, key: str = "checkpoint", mmap: bool = False) 
     them (cheap when only a few are needed)."""
     name = f"{key}={str(path)!r}"
     if Path(path).suffix == SAFETENSORS_SUFFIX:
-        from xfmr.runs.export import read_exported
-
         return read_exported(Path(path), name)
     state = safe_load(Path(path), name, mmap=mmap)
     hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
@@ -75,3 +74,43 @@ def _refusal(name: str, message: str) -> str:
         "and containers (torch.load weights_only=True) so that no file can run code; it is not a "
         "checkpoint written by this xfmr (a crafted file, another program's, or an older version's)"
     )
+
+
+def read_exported(path: Path, name: str) -> dict[str, Any]:
+    """An xfmr-export file as `read_checkpoint` returns a checkpoint: `state_dict` (tied names
+    sharing one tensor again), `hyper_parameters.model_config` and `global_step`. A file that is
+    not one is a UserError naming it (`name`)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as file:
+            metadata = file.metadata() or {}
+            tensors = {key: file.get_tensor(key) for key in file.keys()}
+    except Exception as e:  # safetensors' own error type for any damaged header
+        raise UserError(f"{name} is not a readable .safetensors file ({e})") from None
+    config, tied, step = _xfmr_metadata(metadata, name)
+    missing = sorted(set(tied.values()) - set(tensors))
+    if missing:
+        raise UserError(f"{name} is not an xfmr export: it ties names to absent tensors {missing}")
+    tensors.update({alias: tensors[target] for alias, target in tied.items()})
+    state_dict = {MODEL_PREFIX + key: tensor for key, tensor in tensors.items()}
+    return {
+        "state_dict": state_dict,
+        "hyper_parameters": {"model_config": config},
+        "global_step": step,
+    }
+
+
+def _xfmr_metadata(metadata: dict[str, str], name: str) -> tuple[dict, dict, int | None]:
+    try:
+        config = json.loads(metadata["model_config"])
+        tied = json.loads(metadata.get("tied", "{}"))
+        step = json.loads(metadata.get("global_step", "null"))
+    except (KeyError, json.JSONDecodeError):
+        config = tied = step = None
+    if not isinstance(config, dict) or not isinstance(tied, dict):
+        raise UserError(
+            f"{name} is not an xfmr export: its metadata has no model_config and tied as JSON "
+            "objects (xfmr-export writes them)"
+        )
+    return config, tied, step if isinstance(step, int) else None
