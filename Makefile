@@ -1,7 +1,9 @@
 # `make train` and `make test` create (or reuse) .venv and install xfmr into it first.
 VENV ?= .venv
 PYTHON ?= python3
-# The CPU build of torch; a GPU user sets TORCH_SPEC='torch==2.13.0' with their own index, or any build.
+# torch first, pinned, so no other package pulls in another version; the build is the package
+# index's (PyPI: CUDA on Linux). CPU only: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+# with TORCH_SPEC=torch==2.13.0+cpu.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
