@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
 from xfmr.errors import UserError
-from xfmr.nn.config import ARCH_ONLY_KEYS, ModelConfig
+from xfmr.nn.config import ModelConfig
 from xfmr.objectives.registry import data_choices, data_gives, objective_facts, objectives
 from xfmr.ranges import check_numbers, check_run_length
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
@@ -68,22 +68,13 @@ def check_init_from(init_from: str | None) -> None:
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
     """The model's dataclass from the `model` and `pos` sections; its errors become UserErrors."""
-    values: dict[str, Any] = OmegaConf.to_container(cfg.model, resolve=True)
-    arch = values.get("arch", "decoder")
-    for key, archs in ARCH_ONLY_KEYS.items():
-        if arch in archs or key not in values:
-            continue
-        if values[key] is not None:
-            raise UserError(
-                f"model.{key}={values[key]!r} applies to arch in {list(archs)} only, not "
-                f"arch={arch}: leave it null"
-            )
-        del values[key]  # null: the key does not apply here
-    values.update(pos=OmegaConf.to_container(cfg.pos, resolve=True), vocab_size=vocab_size)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    pos = OmegaConf.to_container(cfg.pos, resolve=True)
     try:
-        return ModelConfig.from_dict(values)
+        return ModelConfig.from_sections(model, pos, vocab_size=vocab_size)
     except (TypeError, ValueError) as e:
-        raise UserError(f"model: {e}") from None
+        message = str(e)
+        raise UserError(message if message.startswith("model.") else f"model: {message}") from None
 
 
 _DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "train_path", "val_path")

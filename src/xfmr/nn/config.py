@@ -176,6 +176,25 @@ class ModelConfig:
         _check_keys("pos", pos, PosConfig)
         return cls(**{**values, "pos": PosConfig(**pos)})
 
+    @classmethod
+    def from_sections(
+        cls, model: dict[str, Any], pos: dict[str, Any], *, vocab_size: int
+    ) -> ModelConfig:
+        """Build from a config's `model` and `pos` sections. A key that belongs to other
+        architectures (ARCH_ONLY_KEYS) is dropped when null and an error when set."""
+        values = dict(model)
+        arch = values.get("arch", "decoder")
+        for key, archs in ARCH_ONLY_KEYS.items():
+            if arch in archs or key not in values:
+                continue
+            if values[key] is not None:
+                raise ValueError(
+                    f"model.{key}={values[key]!r} applies to arch in {list(archs)} only, not "
+                    f"arch={arch}: leave it null"
+                )
+            del values[key]  # null: the key does not apply here
+        return cls.from_dict({**values, "pos": pos, "vocab_size": vocab_size})
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
