@@ -35,19 +35,36 @@ def prepare_tokenizer(
     if own.is_file():
         return TextTokenizer.load(own)
     if pretrained is not None:  # the checkpoint's own vocabulary
-        tokenizer = TextTokenizer.load(pretrained)
-        missing = [t for t in special_tokens if tokenizer.token_to_id(t) is None]
-        if missing:
-            raise UserError(
-                f"init_from: the source's tokenizer {pretrained} lacks {missing}, which "
-                f"objective={cfg.objective._target_.rsplit('.', 1)[-1]} needs; pretrain with a "
-                f"tokenizer that has them (tokenizer=wordpiece, or list them in "
-                f"tokenizer.special_tokens)"
-            )
-        tokenizer.save(own)
-        return tokenizer
-    if cache_only:
+        tokenizer = pretrained_tokenizer(pretrained, special_tokens, cfg.objective._target_)
+    elif cache_only:
         raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
+    else:
+        tokenizer = fitted_tokenizer(cfg, datamodule, special_tokens)
+    tokenizer.save(own)
+    return tokenizer
+
+
+def pretrained_tokenizer(
+    path: Path, special_tokens: tuple[str, ...], objective: str
+) -> TextTokenizer:
+    """init_from's tokenizer, which must hold the tokens the objective needs."""
+    tokenizer = TextTokenizer.load(path)
+    missing = [t for t in special_tokens if tokenizer.token_to_id(t) is None]
+    if missing:
+        raise UserError(
+            f"init_from: the source's tokenizer {path} lacks {missing}, which "
+            f"objective={objective.rsplit('.', 1)[-1]} needs; pretrain with a "
+            f"tokenizer that has them (tokenizer=wordpiece, or list them in "
+            f"tokenizer.special_tokens)"
+        )
+    return tokenizer
+
+
+def fitted_tokenizer(
+    cfg: DictConfig, datamodule: Any, special_tokens: tuple[str, ...]
+) -> TextTokenizer:
+    """The tokenizer `cfg.tokenizer` describes, fitted on the head of the training split, or
+    the cached one fitted on the same text with the same settings."""
     settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
     # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
     listed = list(settings.get("special_tokens") or [])
@@ -69,7 +86,6 @@ def prepare_tokenizer(
         tokenizer.vocab_size,
         "cached" if cached else "trained",
     )
-    tokenizer.save(own)
     return tokenizer
 
 
