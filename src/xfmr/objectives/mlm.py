@@ -219,10 +219,14 @@ class MaskedLMObjective(Objective):
         return loss, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
-        """Each [MASK] of the input is filled with its most likely token."""
-        return TextTask(
-            "fill_masks",
-            pad_id=padding_id(tokenizer),
-            mask_id=tokenizer.token_to_id("[MASK]"),
-            hidden_ids=frozenset(tokenizer.special_ids()),
-        )
+        return fill_masks(tokenizer)
+
+
+def fill_masks(tokenizer) -> TextTask:
+    """A masked LM's text: each [MASK] of the input filled with its most likely token."""
+    return TextTask(
+        "fill_masks",
+        pad_id=padding_id(tokenizer),
+        mask_id=tokenizer.token_to_id("[MASK]"),
+        hidden_ids=frozenset(tokenizer.special_ids()),
+    )

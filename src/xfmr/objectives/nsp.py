@@ -13,8 +13,8 @@ from torchmetrics.text import Perplexity
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows
-from xfmr.objectives.contract import Objective, TextTask, padding_id
-from xfmr.objectives.mlm import TokenMasker
+from xfmr.objectives.contract import Objective, TextTask
+from xfmr.objectives.mlm import TokenMasker, fill_masks
 
 
 def truncate_pair(a: list[int], b: list[int], *, budget: int) -> tuple[list[int], list[int]]:
@@ -207,10 +207,4 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
         return mlm_loss + nsp_loss, (mlm_logits, nsp_logits)
 
     def text_task(self, tokenizer) -> TextTask | None:
-        """Each [MASK] of the input is filled with its most likely token."""
-        return TextTask(
-            "fill_masks",
-            pad_id=padding_id(tokenizer),
-            mask_id=tokenizer.token_to_id("[MASK]"),
-            hidden_ids=frozenset(tokenizer.special_ids()),
-        )
+        return fill_masks(tokenizer)
