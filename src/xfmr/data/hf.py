@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 
 from xfmr.data.base import usable_rows
 from xfmr.data.delimited import DelimitedDataModule
-from xfmr.data.formats import ON_BAD_ROW_CHOICES, BadRow, BadRows, TextExample
+from xfmr.data.formats.bad_rows import ON_BAD_ROW_CHOICES, BadRow, BadRows
+from xfmr.data.formats.delimited import TextExample
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.data.settings import HF_PATH_CHOICES
 from xfmr.data.text import TextCorpusDataModule
