@@ -217,7 +217,7 @@ def disk_mb(path: Path) -> float:
 def encode_rate(corpus: Path, tokenizer_json: Path, size_mb: int) -> float:
     """MB of the corpus's head encoded per CPU-second, in this process, as the cache does."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as in the cache's workers
-    from xfmr.text.token_cache import CHUNK_CHARS, cut_chunks, encode_chunk
+    from xfmr.text.chunks import CHUNK_CHARS, cut_chunks, encode_chunk
     from xfmr.text.tokenizers import TextTokenizer
 
     tokenizer = TextTokenizer.load(tokenizer_json)

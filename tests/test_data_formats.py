@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from xfmr.data.formats import (
-    BadRows,
-    QAExample,
-    TaggedSentence,
-    TextExample,
-    read_conll,
-    read_delimited,
-    read_parallel,
-    read_parallel_jsonl,
-    read_squad,
-)
+from xfmr.data.formats.bad_rows import BadRows
+from xfmr.data.formats.conll import TaggedSentence, read_conll
+from xfmr.data.formats.delimited import TextExample, read_delimited
+from xfmr.data.formats.parallel import read_parallel, read_parallel_jsonl
+from xfmr.data.formats.squad import QAExample, read_squad
 from xfmr.errors import UserError
 
 SHARED = Path("/work/shared/data")

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import compose_config
 from xfmr.checks import check_config
-from xfmr.data.formats import TextExample
+from xfmr.data.formats.delimited import TextExample
 from xfmr.data.hf import HFLabelledDataModule, HFPairsDataModule, HFTextDataModule, hf_datamodule
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError

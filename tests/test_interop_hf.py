@@ -20,6 +20,7 @@ from conftest import randomize
 transformers = pytest.importorskip("transformers")
 
 from xfmr.interop import hf as interop  # noqa: E402
+from xfmr.interop import hf_families  # noqa: E402
 from xfmr.nn.encoder import EncoderLM  # noqa: E402
 from xfmr.nn.encoder_decoder import EncoderDecoder  # noqa: E402
 from xfmr.nn.heads import EncoderPretraining  # noqa: E402
@@ -326,7 +327,7 @@ def test_from_hf_lists_an_hf_weight_it_did_not_map() -> None:
 
 
 def test_from_hf_lists_an_xfmr_weight_left_without_a_value(monkeypatch) -> None:
-    family = interop.FAMILIES["gpt2"]
+    family = hf_families.FAMILIES["gpt2"]
 
     def without_final_norm(hf, config):
         weights = family.weights(hf, config)
@@ -334,7 +335,7 @@ def test_from_hf_lists_an_xfmr_weight_left_without_a_value(monkeypatch) -> None:
         return {name: w for name, w in weights.items() if name != "backbone.final_norm.weight"}
 
     monkeypatch.setitem(
-        interop.FAMILIES, "gpt2", dataclasses.replace(family, weights=without_final_norm)
+        hf_families.FAMILIES, "gpt2", dataclasses.replace(family, weights=without_final_norm)
     )
     with pytest.raises(ValueError) as info:
         interop.from_hf(_gpt2())

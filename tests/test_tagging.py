@@ -262,7 +262,7 @@ def test_conll_bad_rows_are_skipped_or_stop_the_run(tmp_path: Path) -> None:
 
 def test_bad_rows_skipped_before_an_unknown_tag_keep_its_line_number(tmp_path: Path) -> None:
     from xfmr.data.conll import _known_tags_only
-    from xfmr.data.formats import read_conll
+    from xfmr.data.formats.conll import read_conll
 
     dev = _write(tmp_path / "dev.txt", "a B-LOC\nb I-PER\n\nc O\nd B-DATE\n")
     sentences, bad = read_conll(dev, on_bad_row="skip")

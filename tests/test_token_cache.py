@@ -22,14 +22,8 @@ from conftest import CORPUS, compose_config
 from xfmr.data.documents import DocumentsDataModule
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.objectives.clm import CausalLMObjective
-from xfmr.text.token_cache import (
-    INDEX_FILE,
-    TOKENS_FILE,
-    cut_chunks,
-    encode_text,
-    open_or_build,
-    token_dtype,
-)
+from xfmr.text.chunks import cut_chunks, encode_text
+from xfmr.text.token_cache import INDEX_FILE, TOKENS_FILE, open_or_build, token_dtype
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, train_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -428,16 +422,18 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
 def test_a_later_run_does_not_count_the_corpus_again(tmp_path: Path, monkeypatch) -> None:
     """Where the training split ends is known from the files' identity the second time, so a
     large corpus is not read again just to find it; a changed file is counted afresh."""
-    from xfmr.text import token_cache
+    from xfmr.text import corpus_files
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
     counted = []
-    real = token_cache._count_chars
-    monkeypatch.setattr(token_cache, "_count_chars", lambda files: counted.append(1) or real(files))
-    first = token_cache.count_chars([corpus], tmp_path / "cache")
-    assert token_cache.count_chars([corpus], tmp_path / "cache") == first == len(CORPUS)
+    real = corpus_files._count_chars
+    monkeypatch.setattr(
+        corpus_files, "_count_chars", lambda files: counted.append(1) or real(files)
+    )
+    first = corpus_files.count_chars([corpus], tmp_path / "cache")
+    assert corpus_files.count_chars([corpus], tmp_path / "cache") == first == len(CORPUS)
     assert len(counted) == 1
     corpus.write_text(CORPUS + "more text\n")
-    assert token_cache.count_chars([corpus], tmp_path / "cache") == len(CORPUS) + 10
+    assert corpus_files.count_chars([corpus], tmp_path / "cache") == len(CORPUS) + 10
     assert len(counted) == 2

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
-from xfmr.data.formats import BadRows
+from xfmr.data.formats.bad_rows import BadRows
 from xfmr.data.order import TrainingLoader
 from xfmr.errors import UserError
 

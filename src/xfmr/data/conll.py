@@ -9,15 +9,9 @@ from typing import Any
 
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
-from xfmr.data.formats import (
-    ON_BAD_ROW_CHOICES,
-    BadRow,
-    BadRows,
-    TaggedSentence,
-    _conll_blocks,
-    _lines,
-    read_conll,
-)
+from xfmr.data.formats.bad_rows import ON_BAD_ROW_CHOICES, BadRow, BadRows
+from xfmr.data.formats.conll import TaggedSentence, conll_blocks, read_conll
+from xfmr.data.formats.reading import read_lines
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -139,5 +133,5 @@ def _token_lines(path: str, bad_rows: BadRows) -> list[list[int]]:
     """The line number of each word of each sentence `read_conll` kept: its blocks of lines, in
     file order, less those holding a bad row it recorded."""
     bad_lines = {row.line for row in bad_rows}
-    blocks = [[line for line, _ in rows] for _, rows in _conll_blocks(_lines(Path(path)))]
+    blocks = [[line for line, _ in rows] for _, rows in conll_blocks(read_lines(Path(path)))]
     return [lines for lines in blocks if bad_lines.isdisjoint(lines)]

@@ -7,7 +7,7 @@ from typing import Any
 
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
-from xfmr.data.formats import TextExample, read_delimited
+from xfmr.data.formats.delimited import TextExample, read_delimited
 from xfmr.text.tokenizers import TextTokenizer
 
 

@@ -14,15 +14,9 @@ from torch.utils.data import DataLoader, Dataset
 from xfmr.data.base import ExamplesDataModule, cache_setting, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
+from xfmr.text.corpus_files import READ_CHARS, document_lines, sentences_per_document
 from xfmr.text.sample import head
-from xfmr.text.token_cache import (
-    READ_CHARS,
-    MappedIds,
-    TokenCache,
-    document_lines,
-    open_or_build,
-    sentences_per_document,
-)
+from xfmr.text.token_cache import MappedIds, TokenCache, open_or_build
 from xfmr.text.tokenizers import TextTokenizer
 
 # Next-sentence labels as BERT's checkpoints (and HF's `next_sentence_label`) use them.

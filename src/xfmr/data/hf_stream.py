@@ -19,8 +19,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xfmr.data.base import make_loader, require_positive
-from xfmr.data.formats import BadRow, BadRows
-from xfmr.data.hf import BadCell, HFSource, class_names, row_cells
+from xfmr.data.formats.bad_rows import BadRow, BadRows
+from xfmr.data.hf_rows import BadCell, class_names, row_cells
+from xfmr.data.hf_source import HFSource
 from xfmr.errors import UserError
 from xfmr.text.sample import head
 from xfmr.text.tokenizers import TextTokenizer

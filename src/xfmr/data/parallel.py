@@ -10,7 +10,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from xfmr.data.base import ExamplesDataModule
-from xfmr.data.formats import read_parallel, read_parallel_jsonl
+from xfmr.data.formats.parallel import read_parallel, read_parallel_jsonl
 from xfmr.data.settings import parallel_files
 from xfmr.data.synthetic import sentence
 from xfmr.text.tokenizers import TextTokenizer

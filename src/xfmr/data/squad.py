@@ -14,7 +14,7 @@ from typing import Any
 
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
-from xfmr.data.formats import QAExample, read_squad
+from xfmr.data.formats.squad import QAExample, read_squad
 from xfmr.data.settings import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
 from xfmr.kinds import QAItem, QAWindow
 from xfmr.text.tokenizers import TextTokenizer

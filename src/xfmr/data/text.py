@@ -14,8 +14,10 @@ from torch.utils.data import DataLoader, Dataset
 from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.errors import UserError
+from xfmr.text.chunks import encode_text
+from xfmr.text.corpus_files import count_chars, text_pieces
 from xfmr.text.sample import head
-from xfmr.text.token_cache import MappedIds, count_chars, encode_text, open_or_build, text_pieces
+from xfmr.text.token_cache import MappedIds, open_or_build
 from xfmr.text.tokenizers import TextTokenizer
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from xfmr.generation.config import GenerationConfig, Hypothesis
 from xfmr.generation.processors import NEG_INF, length_penalty
-from xfmr.generation.search import Rows, apply_bans
+from xfmr.generation.rows import Rows, apply_bans
 from xfmr.generation.sessions import Prompt
 
 

@@ -7,16 +7,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xfmr.generation.beam import beam_search
 from xfmr.generation.config import GenerationConfig, Hypothesis
-from xfmr.generation.processors import (
-    NEG_INF,
-    History,
-    RowSampler,
-    ban_repeated_ngrams,
-    filter_top_k,
-    filter_top_p,
-)
-from xfmr.generation.sessions import Prompt, Session, open_session
+from xfmr.generation.processors import RowSampler, filter_top_k, filter_top_p
+from xfmr.generation.rows import Rows, apply_bans
+from xfmr.generation.sessions import Prompt
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.models import CausalLM
 
@@ -53,6 +48,23 @@ def generate(
         ValueError: a row without real tokens, a prompt that would outgrow the positions, a
             model of another kind, or an encoder-decoder without decoder_start_id.
     """
+    prompt = _prompt(model, input_ids, attention_mask, pad_id)
+    _check_positions(model, prompt, config.max_new_tokens, max_positions)
+    search = beam_search if config.strategy == "beam" else greedy_or_sample
+    was_training = model.training
+    model.eval()
+    try:
+        return search(
+            model, prompt, config=config, eos_id=eos_id, decoder_start_id=decoder_start_id
+        )
+    finally:
+        model.train(was_training)
+
+
+def _prompt(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_id: int
+) -> Prompt:
+    """The rows of `input_ids` on the model's device, each holding at least one real token."""
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
@@ -65,18 +77,7 @@ def generate(
     empty = (prompt.lengths == 0).nonzero()
     if len(empty):
         raise ValueError(f"row {int(empty[0])} of input_ids has no real token (attention_mask)")
-    _check_positions(model, prompt, config.max_new_tokens, max_positions)
-    from xfmr.generation.beam import beam_search  # beam search builds on this module
-
-    search = beam_search if config.strategy == "beam" else greedy_or_sample
-    was_training = model.training
-    model.eval()
-    try:
-        return search(
-            model, prompt, config=config, eos_id=eos_id, decoder_start_id=decoder_start_id
-        )
-    finally:
-        model.train(was_training)
+    return prompt
 
 
 def _check_positions(
@@ -103,70 +104,6 @@ def _check_positions(
     for count, what in needs:
         if limit is not None and count > limit:
             raise ValueError(f"{what} need {count} positions, but max_positions is {limit}")
-
-
-class Rows:
-    """What must follow the search's rows when it reorders or drops them: the model session,
-    the n-gram history (None when n-grams are not banned) and the per-row samplers."""
-
-    def __init__(
-        self, session: Session, history: History | None, sampler: RowSampler | None = None
-    ) -> None:
-        self.session, self.history, self.sampler = session, history, sampler
-
-    def reorder(self, index: torch.Tensor, *, same_sources: bool) -> None:
-        self.session.reorder(index, same_sources=same_sources)
-        if self.history is not None:
-            self.history.reorder(index)
-        if self.sampler is not None:
-            self.sampler.reorder(index)
-
-    def advance(self, chosen: torch.Tensor) -> torch.Tensor:
-        """Feed the (N,) chosen tokens -> the next (N, V) logits."""
-        if self.history is not None:
-            self.history.append(chosen)
-        return self.session.next_logits(chosen)
-
-    @classmethod
-    def open(
-        cls,
-        model: nn.Module,
-        prompt: Prompt,
-        *,
-        config: GenerationConfig,
-        decoder_start_id: int | None,
-        sampler: RowSampler | None = None,
-    ) -> Rows:
-        session = open_session(
-            model, prompt, use_cache=config.use_cache, decoder_start_id=decoder_start_id
-        )
-        history = None
-        if config.no_repeat_ngram_size:
-            history = initial_history(model, prompt, decoder_start_id)
-        return cls(session, history, sampler)
-
-
-def initial_history(model: nn.Module, prompt: Prompt, decoder_start_id: int | None) -> History:
-    """What the first new token follows: the prompt, or an encoder-decoder's start token."""
-    if isinstance(model, EncoderDecoder):
-        start = torch.full((len(prompt.rows), 1), decoder_start_id or 0, device=prompt.mask.device)
-        return History(start, torch.ones_like(start))
-    return History(*prompt.padded("left"))
-
-
-def apply_bans(
-    logprobs: torch.Tensor,
-    step: int,
-    history: History | None,
-    config: GenerationConfig,
-    eos_id: int | None,
-) -> torch.Tensor:
-    """Block eos before `min_new_tokens` and repeated n-grams, in place on (N, V) log-probs."""
-    if eos_id is not None and step < config.min_new_tokens:
-        logprobs[:, eos_id] = NEG_INF
-    if history is not None:
-        ban_repeated_ngrams(logprobs, history, config.no_repeat_ngram_size)
-    return logprobs
 
 
 def _warp(logprobs: torch.Tensor, config: GenerationConfig) -> torch.Tensor:

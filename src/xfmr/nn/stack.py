@@ -117,19 +117,7 @@ class TransformerStack(ParameterCount, nn.Module):
         x = self.embed(input_ids, token_type_ids, offset=start, positions=positions)
         x = self.drop(x)  # (B, T, C)
         T = x.size(1)
-        if attention_mask is not None and attention_mask.size(1) != past + T:
-            raise ValueError(
-                f"attention_mask covers {attention_mask.size(1)} keys, but there are "
-                f"{past} cached + {T} new"
-            )
-        mask, is_causal = fold_masks(
-            None if attention_mask is None else padding_mask(attention_mask),
-            self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
-            is_causal=self.causal,
-            query_length=T,
-            key_length=past + T,
-            device=x.device,
-        )
+        mask, is_causal = self._self_attention_mask(attention_mask, T, past, start, x.device)
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
         for index, block in enumerate(self.blocks):
@@ -143,6 +131,30 @@ class TransformerStack(ParameterCount, nn.Module):
                 cache=None if cache is None else cache.layer(index),
             )
         return self.final_norm(x)
+
+    def _self_attention_mask(
+        self,
+        attention_mask: torch.Tensor | None,
+        T: int,
+        past: int,
+        start: int,
+        device: torch.device,
+    ) -> tuple[torch.Tensor | None, bool]:
+        """The one self-attention mask every layer uses for T new queries (the first at position
+        `start`) against `past` cached + T keys: padding, positional bias and causality folded."""
+        if attention_mask is not None and attention_mask.size(1) != past + T:
+            raise ValueError(
+                f"attention_mask covers {attention_mask.size(1)} keys, but there are "
+                f"{past} cached + {T} new"
+            )
+        return fold_masks(
+            None if attention_mask is None else padding_mask(attention_mask),
+            self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
+            is_causal=self.causal,
+            query_length=T,
+            key_length=past + T,
+            device=device,
+        )
 
 
 def _norm(config: ModelConfig) -> nn.Module:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from xfmr.text.token_cache import cut_chunks
+from xfmr.text.chunks import cut_chunks
 
 BYTES_PER_MB = 1_000_000
 # The tokenizers library pre-tokenizes each chunk on its own: chunks are cut only at a space

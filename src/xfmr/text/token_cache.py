@@ -13,27 +13,18 @@ and counts only if its index exists and matches. Builds take a file lock beside 
 so of several processes (DDP ranks, sweep jobs) that need one missing cache, one builds and the
 others wait; a build killed halfway leaves temporary names and no index, and is redone.
 
-Text is read in chunks cut only where no tokenizer of xfmr joins characters into one token: at
-a space between two word characters (see `cut_chunks`). Encoding chunk by chunk then gives the
-ids encoding the whole text would, for every kind xfmr trains; the in-memory path encodes the
-same chunks (`encode_stream`), so both paths give the same ids for any tokenizer.
+Text is encoded in the chunks `xfmr.text.chunks` cuts, in a pool of processes
+(`xfmr.text.encoding_pool`).
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import itertools
 import json
 import logging
-import multiprocessing
 import os
-import re
 import sys
 import time
-import weakref
-from array import array
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,231 +35,30 @@ import numpy as np
 
 from xfmr.errors import UserError
 from xfmr.files import atomic_path, atomic_write_bytes
+from xfmr.text.chunks import CHUNK_CHARS, cut_chunks
+from xfmr.text.corpus_files import (
+    count_chars,
+    document_lines,
+    sentences_per_document,
+    text_pieces,
+)
+from xfmr.text.encoding_pool import Encoder
+from xfmr.text.fingerprints import cache_key, sources, tokenizer_hash
 from xfmr.text.tokenizers import TextTokenizer
 
 log = logging.getLogger("xfmr")
 
 FORMAT_VERSION = 1
 LAYOUTS = ("text", "documents")
-CHUNK_CHARS = 1 << 20  # characters per encoded chunk: big enough that pool overheads vanish
-READ_CHARS = 1 << 20  # characters read from a file at a time
-ENCODE_CHARS = 1 << 14  # characters per call of the tokenizer (see encode_chunk)
 INDEX_FILE = "index.json"
 TOKENS_FILE = "tokens.bin"
 SENTENCES_FILE = "sentences.npy"
 DOCUMENTS_FILE = "documents.npy"
-# A space between two word characters: no pre-tokenizer of xfmr's kinds (char, byte-level,
-# Metaspace bpe/unigram, BERT) joins the characters on its two sides, and the chunk after it
-# starts with a space, so Metaspace's "always" prefix is not added a second time.
-SAFE_CUT = re.compile(r"(?<=\w) (?=\w)")
-
-
-# --------------------------------------------------------------------------- reading the text
-
-
-def text_pieces(files: Sequence[Path], start: int = 0, stop: int | None = None) -> Iterator[str]:
-    """The files' text, concatenated, from character `start` to `stop`, as read_utf8 reads it
-    (UTF-8, universal newlines), a block at a time."""
-    position = 0
-    for path in files:
-        with _utf8(path) as f:
-            while block := _read(f, path):
-                begin, position = position, position + len(block)
-                if position <= start:
-                    continue
-                if stop is not None and begin >= stop:
-                    return
-                yield block[max(0, start - begin) : None if stop is None else stop - begin]
-
-
-CHAR_COUNTS_FILE = "char_counts.json"
-
-
-def count_chars(files: Sequence[Path], memo_dir: str | Path | None = None) -> int:
-    """Characters of the files' text; a file with no text in it is refused, as read_text does.
-
-    With `memo_dir`, counts are kept in `memo_dir/char_counts.json` by the files' identity (path,
-    size, mtime), so a later run on the same files does not read a large corpus again to know
-    where its training split ends."""
-    if memo_dir is None:
-        return _count_chars(files)
-    memo_path = Path(memo_dir) / CHAR_COUNTS_FILE
-    key = cache_key({"sources": sources(files)})
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    if isinstance(memo.get(key), int):
-        return memo[key]
-    total = _count_chars(files)
-    memo_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(memo_path, json.dumps({**memo, key: total}).encode())
-    return total
-
-
-def _count_chars(files: Sequence[Path]) -> int:
-    total = 0
-    for path in files:
-        blank = True
-        with _utf8(path) as f:
-            while block := _read(f, path):
-                total += len(block)
-                blank = blank and not block.strip()
-        if blank:
-            raise UserError(f"data.path file {str(path)!r} is empty")
-    return total
-
-
-def cut_chunks(pieces: Iterable[str], chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
-    """The text of `pieces` again, in chunks of about `chunk_chars` cut at `SAFE_CUT` (a text
-    with no such space for a long stretch makes a longer chunk)."""
-    buffer, searched = "", 0
-    for piece in pieces:
-        buffer += piece
-        while len(buffer) > chunk_chars:
-            cut = SAFE_CUT.search(buffer, max(chunk_chars, searched))
-            if cut is None:
-                searched = max(len(buffer) - 1, searched)
-                break
-            yield buffer[: cut.start()]
-            buffer, searched = buffer[cut.start() :], 0
-    if buffer:
-        yield buffer
-
-
-def encode_chunk(tokenizer: TextTokenizer, chunk: str, dtype: Any = np.int64) -> np.ndarray:
-    """The ids of `chunk`, encoded in pieces of about ENCODE_CHARS cut as `cut_chunks` cuts:
-    tokenizers' cost per character grows with the length of the text it is given."""
-    table = _char_table(tokenizer)
-    if table is not None and not any(token in chunk for token in table.added):
-        return table.encode(chunk, dtype)
-    parts = [np.zeros(0, dtype)]
-    pieces = cut_chunks([chunk], ENCODE_CHARS)
-    while group := list(itertools.islice(pieces, 16)):  # Encodings are large: a few at a time
-        parts += [np.asarray(ids, dtype) for ids in tokenizer.encode_batch(group)]
-    return np.concatenate(parts)
-
-
-@dataclass(frozen=True)
-class _CharTable:
-    """kind=char as a lookup table from code point to id: what its Split-every-character
-    pre-tokenizer and WordLevel model compute, a hundred times faster. Text holding an added
-    token (matched whole by the tokenizer) is left to the tokenizer."""
-
-    ids: np.ndarray  # id of each code point below len(ids)
-    unknown: int
-    added: tuple[str, ...]
-
-    def encode(self, text: str, dtype: Any) -> np.ndarray:
-        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        known = points < len(self.ids)
-        return np.where(known, self.ids.astype(dtype)[np.where(known, points, 0)], self.unknown)
-
-
-_CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _char_table(tokenizer: TextTokenizer) -> _CharTable | None:
-    """The lookup table of a kind=char tokenizer (as `train_tokenizer` builds it), else None."""
-    if tokenizer not in _CHAR_TABLES:
-        config = json.loads(tokenizer.tokenizer.to_str())
-        model, split = config.get("model") or {}, config.get("pre_tokenizer") or {}
-        table = None
-        char_kind = (
-            model.get("type") == "WordLevel"
-            and config.get("normalizer") is None
-            and split == {**split, "type": "Split", "behavior": "Isolated", "invert": False}
-            and split.get("pattern") == {"Regex": r"[\s\S]"}
-        )
-        unknown = model["vocab"].get(model.get("unk_token")) if char_kind else None
-        if unknown is not None:
-            singles = {ord(k): v for k, v in model["vocab"].items() if len(k) == 1}
-            ids = np.full(max(singles, default=0) + 1, unknown, dtype=np.int64)
-            ids[list(singles)] = list(singles.values())
-            added = tuple(t["content"] for t in config.get("added_tokens") or [])
-            table = _CharTable(ids, unknown, added)
-        _CHAR_TABLES[tokenizer] = table
-    return _CHAR_TABLES[tokenizer]
-
-
-def encode_stream(
-    tokenizer: TextTokenizer, chunks: Iterable[str], dtype: Any = np.int64
-) -> Iterator[np.ndarray]:
-    """The ids of each chunk; joined, the ids of the whole text (for cuts made by `cut_chunks`)."""
-    for chunk in chunks:
-        yield encode_chunk(tokenizer, chunk, dtype)
-
-
-def encode_text(tokenizer: TextTokenizer, text: str, chunk_chars: int = CHUNK_CHARS) -> np.ndarray:
-    """All ids of `text`, encoded in the chunks the cache encodes (int64)."""
-    chunks = cut_chunks([text], chunk_chars)
-    return np.concatenate([np.zeros(0, np.int64), *encode_stream(tokenizer, chunks)])
-
-
-def document_lines(files: Sequence[Path]) -> Iterator[str | None]:
-    """Each file's stripped non-blank lines, None where a document ends (a blank line after a
-    document's sentences, or a file's end): the documents read_documents reads."""
-    for path in files:
-        in_document = False
-        with _utf8(path) as f:
-            for raw in _lines(f, path):
-                for line in raw.splitlines():  # as str.splitlines splits the whole text
-                    if line.strip():
-                        in_document = True
-                        yield line.strip()
-                    elif in_document:
-                        in_document = False
-                        yield None
-        if in_document:
-            yield None
-
-
-def _utf8(path: Path):
-    return open(path, encoding="utf-8")  # newline=None: universal newlines, as read_text
-
-
-def _read(f, path: Path) -> str:
-    try:
-        return f.read(READ_CHARS)
-    except UnicodeDecodeError as e:
-        raise UserError(f"data.path file {str(path)!r} is not UTF-8 text ({e.reason})") from None
-
-
-def _lines(f, path: Path) -> Iterator[str]:
-    try:
-        yield from f
-    except UnicodeDecodeError as e:
-        raise UserError(f"data.path file {str(path)!r} is not UTF-8 text ({e.reason})") from None
-
-
-# --------------------------------------------------------------------------- identity
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 while every id fits in it, else uint32."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
-
-
-def tokenizer_hash(tokenizer: TextTokenizer) -> str:
-    """sha256 of the tokenizer's serialization, keys sorted: the same for a tokenizer just
-    trained and for its tokenizer.json loaded again (DDP workers, later runs)."""
-    config = json.loads(tokenizer.tokenizer.to_str())
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def sources(files: Sequence[Path]) -> list[dict[str, Any]]:
-    """Each file's identity: absolute path, size and mtime (a change to either is a new cache)."""
-    found = []
-    for path in files:
-        stat = Path(path).stat()
-        found.append(
-            {"path": str(Path(path).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        )
-    return found
-
-
-def cache_key(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
 # --------------------------------------------------------------------------- the cache
@@ -411,7 +201,7 @@ def _build(
         stale.unlink(missing_ok=True)
     total_bytes = sum(s["size"] for s in identity["sources"])
     dtype = token_dtype(tokenizer.vocab_size)
-    encoder = _Encoder(tokenizer, dtype, workers, total_bytes > 2 * chunk_chars)
+    encoder = Encoder(tokenizer, dtype, workers, total_bytes > 2 * chunk_chars)
     with encoder, _Progress(total_bytes) as progress:
         if identity["layout"] == "text":
             layout = _build_text(directory, files, identity, encoder, progress, chunk_chars)
@@ -481,18 +271,6 @@ def _build_documents(directory, files, identity, encoder, progress, chunk_chars)
     }
 
 
-def sentences_per_document(files: Sequence[Path]) -> np.ndarray:
-    """How many sentences each document of `document_lines(files)` has, in order."""
-    counts, current = array("q"), 0
-    for line in document_lines(files):
-        if line is None:
-            counts.append(current)
-            current = 0
-        else:
-            current += 1
-    return np.asarray(counts, dtype=np.int64)
-
-
 def _sentence_batches(lines: Iterable[str | None], chunk_chars: int) -> Iterator[list[str]]:
     batch, size = [], 0
     for line in lines:
@@ -505,85 +283,6 @@ def _sentence_batches(lines: Iterable[str | None], chunk_chars: int) -> Iterator
             batch, size = [], 0
     if batch:
         yield batch
-
-
-# --------------------------------------------------------------------------- encoding in parallel
-
-_WORKER: dict[str, Any] = {}
-
-
-def _start_worker(tokenizer_json: str, dtype: str) -> None:
-    from tokenizers import Tokenizer
-
-    _WORKER.update(tokenizer=TextTokenizer(Tokenizer.from_str(tokenizer_json)), dtype=dtype)
-
-
-def _encode_item(item: str | list[str]) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """A text chunk's ids, or a batch of sentences' ids (concatenated) and their lengths."""
-    tokenizer, dtype = _WORKER["tokenizer"], np.dtype(_WORKER["dtype"])
-    if isinstance(item, str):
-        return encode_chunk(tokenizer, item, dtype)
-    encoded = tokenizer.encode_batch(item)
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    ids = np.fromiter((i for ids in encoded for i in ids), dtype=dtype, count=int(lengths.sum()))
-    return ids, lengths
-
-
-class _Encoder:
-    """Encodes items in order, in a pool of processes (each loading the tokenizer from its JSON)
-    with at most two items per process in flight, or in this process for a small corpus."""
-
-    def __init__(self, tokenizer: TextTokenizer, dtype: np.dtype, workers: int | None, big: bool):
-        self.workers = workers or len(os.sched_getaffinity(0))
-        self.args = (tokenizer.tokenizer.to_str(), dtype.str)
-        self.pool = None
-        self.parallel = big and self.workers > 1
-
-    def __enter__(self) -> _Encoder:
-        if self.parallel:
-            # fork, as DataLoader workers start: spawn would re-import the caller's __main__,
-            # which fails for a script without an `if __name__ == "__main__"` guard. The
-            # workers encode one text at a time, so tokenizers' own threads are not needed in
-            # them; saying so keeps its "forked after parallelism" warning quiet.
-            with _environment(TOKENIZERS_PARALLELISM="false"):
-                context = multiprocessing.get_context("fork")
-                self.pool = context.Pool(self.workers, _start_worker, self.args)
-        else:
-            _start_worker(*self.args)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-        _WORKER.clear()
-
-    def map(self, items: Iterable[Any]) -> Iterator[Any]:
-        if self.pool is None:
-            yield from map(_encode_item, items)
-            return
-        pending: deque = deque()
-        for item in items:
-            pending.append(self.pool.apply_async(_encode_item, (item,)))
-            if len(pending) >= 2 * self.workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
-
-
-@contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Environment variables set for the block (child processes started in it inherit them)."""
-    before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --------------------------------------------------------------------------- files and progress

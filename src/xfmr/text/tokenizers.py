@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers.trainers import Trainer
 
 from xfmr.files import atomic_path
 
@@ -202,67 +203,96 @@ def train_tokenizer(spec: TokenizerSpec, texts: Iterator[str]) -> TextTokenizer:
       `lowercase: false`), control characters removed, every run of whitespace (newlines and
       tabs included) becomes one space and spaces before punctuation are removed on decoding.
     """
-    specials = list(spec.special_tokens)
     if spec.kind == "pretrained":
         return load_pretrained(spec)
-    if spec.kind == "char":
-        tok = Tokenizer(models.WordLevel(unk_token=spec.unk_token))
-        # Every character, newlines included, is its own token.
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-        tok.decoder = decoders.Fuse()
-        trainer = trainers.WordLevelTrainer(
-            vocab_size=spec.vocab_size or 1_000_000,
-            min_frequency=1,
-            special_tokens=specials,
-        )
-    elif spec.kind == "byte_bpe":  # GPT-2's byte-level BPE (Radford et al. 2019)
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=spec.vocab_size,
-            special_tokens=specials,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-    elif spec.kind == "bpe":  # character BPE, shared source/target vocabulary (Vaswani et al.)
-        tok = Tokenizer(models.BPE(unk_token=spec.unk_token))
-        # Spaces become "▁" word starts; punctuation and other whitespace (newlines, tabs) are
-        # pieces of their own, so merges never cross them and decoding restores them verbatim.
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"),
-                pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),
-                pre_tokenizers.Punctuation(behavior="isolated"),
-            ]
-        )
-        tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
-        trainer = trainers.BpeTrainer(
-            vocab_size=spec.vocab_size, special_tokens=specials, show_progress=False
-        )
-    elif spec.kind == "wordpiece":  # BERT (Devlin et al. 2019)
-        tok = Tokenizer(models.WordPiece(unk_token=spec.unk_token, continuing_subword_prefix="##"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=spec.lowercase)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=spec.vocab_size,
-            special_tokens=specials,
-            continuing_subword_prefix="##",
-            show_progress=False,
-        )
-    else:  # unigram: T5's SentencePiece unigram LM (Kudo 2018, Raffel et al. 2020)
-        tok = Tokenizer(models.Unigram())
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")
-        tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
-        trainer = trainers.UnigramTrainer(
-            vocab_size=spec.vocab_size,
-            special_tokens=specials,
-            unk_token=spec.unk_token,
-            show_progress=False,
-        )
+    tok, trainer = _UNTRAINED[spec.kind](spec, list(spec.special_tokens))
     tok.train_from_iterator(texts, trainer=trainer)
     return TextTokenizer(tok)
+
+
+def _char_tokenizer(spec: TokenizerSpec, specials: list[str]) -> tuple[Tokenizer, Trainer]:
+    """Every character, newlines included, is its own token."""
+    tok = Tokenizer(models.WordLevel(unk_token=spec.unk_token))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=spec.vocab_size or 1_000_000,
+        min_frequency=1,
+        special_tokens=specials,
+    )
+    return tok, trainer
+
+
+def _byte_bpe_tokenizer(spec: TokenizerSpec, specials: list[str]) -> tuple[Tokenizer, Trainer]:
+    """GPT-2's byte-level BPE (Radford et al. 2019)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    return tok, trainer
+
+
+def _bpe_tokenizer(spec: TokenizerSpec, specials: list[str]) -> tuple[Tokenizer, Trainer]:
+    """Character BPE, one vocabulary shared by source and target (Vaswani et al.)."""
+    tok = Tokenizer(models.BPE(unk_token=spec.unk_token))
+    # Spaces become "▁" word starts; punctuation and other whitespace (newlines, tabs) are
+    # pieces of their own, so merges never cross them and decoding restores them verbatim.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"),
+            pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+        ]
+    )
+    tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size, special_tokens=specials, show_progress=False
+    )
+    return tok, trainer
+
+
+def _wordpiece_tokenizer(spec: TokenizerSpec, specials: list[str]) -> tuple[Tokenizer, Trainer]:
+    """BERT's WordPiece (Devlin et al. 2019)."""
+    tok = Tokenizer(models.WordPiece(unk_token=spec.unk_token, continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=spec.lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=specials,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    return tok, trainer
+
+
+def _unigram_tokenizer(spec: TokenizerSpec, specials: list[str]) -> tuple[Tokenizer, Trainer]:
+    """T5's SentencePiece unigram LM (Kudo 2018, Raffel et al. 2020)."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=specials,
+        unk_token=spec.unk_token,
+        show_progress=False,
+    )
+    return tok, trainer
+
+
+# Per trained kind: its untrained tokenizer and the trainer that fits it to the text.
+_UNTRAINED = {
+    "char": _char_tokenizer,
+    "byte_bpe": _byte_bpe_tokenizer,
+    "bpe": _bpe_tokenizer,
+    "wordpiece": _wordpiece_tokenizer,
+    "unigram": _unigram_tokenizer,
+}
 
 
 def read_tokenizer_file(path: str | Path) -> TextTokenizer:
