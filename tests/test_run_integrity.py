@@ -356,7 +356,7 @@ def test_a_run_without_labels_json_reads_them_again_with_a_warning(
 
 
 def test_resuming_on_data_with_other_labels_is_refused(tmp_path: Path) -> None:
-    from xfmr.training.run import run_labels
+    from xfmr.parts.labels import run_labels
 
     class Data:
         def __init__(self, labels):

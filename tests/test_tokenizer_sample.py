@@ -17,7 +17,7 @@ from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TokenizerSpec, text_fingerprint, train_tokenizer
-from xfmr.training.run import prepare_tokenizer
+from xfmr.parts.tokenizer import prepare_tokenizer
 
 SETTINGS = {
     "char": {"kind": "char", "special_tokens": ["<unk>"]},
@@ -182,7 +182,7 @@ MEASURE = textwrap.dedent(
     import sys
     from omegaconf import OmegaConf
     from xfmr.data.text import TextCorpusDataModule
-    from xfmr.training.run import prepare_tokenizer
+    from xfmr.parts.tokenizer import prepare_tokenizer
 
     def kib(field):
         for line in open("/proc/self/status"):
