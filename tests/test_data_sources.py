@@ -148,33 +148,46 @@ def test_pairs_kind_reads_the_source_and_target_columns(tmp_path: Path) -> None:
 
 
 def test_labelled_kind_trains_a_classifier_end_to_end(tmp_path: Path) -> None:
+    """Twelve alternating reviews hold out three, of both labels, so no constant answer scores
+    above 2/3. The classifier trained on the other nine gets all three right, and its validation
+    loss falls to a fraction of its first value and of chance, ln 2."""
     from xfmr.training.run import train
 
-    rows = [{"text": t, "label": label} for t, label in [("warm fine film", "good")] * 6] + [
-        {"text": t, "label": label} for t, label in [("cold dull film", "bad")] * 6
-    ]
-    data_file = _jsonl(tmp_path / "reviews.jsonl", rows)
+    rows = [{"text": "warm fine film", "label": "good"}, {"text": "cold dull film", "label": "bad"}]
+    data_file = _jsonl(tmp_path / "reviews.jsonl", rows * 6)
+    options = dict(
+        kind="labelled",
+        path="json",
+        data_files=str(data_file),
+        val_split=None,
+        val_fraction=0.25,
+    )
+    train_rows, val_rows = _hf(tmp_path, **options).examples()
+    assert len(train_rows) == 9 and len(val_rows) == 3
+    assert {e.label for e in val_rows} == {"bad", "good"}  # a constant answer gets 2/3 at most
     cfg = compose_config(
         tmp_path,
         [
             "data=hf",
-            "data.kind=labelled",
-            "data.path=json",
-            f"data.data_files={data_file}",
-            "data.val_split=null",
-            "data.val_fraction=0.25",
+            *(f"data.{key}={'null' if value is None else value}" for key, value in options.items()),
             f"data.cache_dir={tmp_path / 'hf_cache'}",
             "objective=classification",
             "arch=encoder",
             "size=tiny",
             "tokenizer=wordpiece",
             "tokenizer.vocab_size=100",
+            "optim.lr=3e-3",
+            "trainer.max_steps=40",
+            "trainer.val_check_interval=10",
         ],
     )
     check_config(cfg)
     results = train(cfg)
-    assert math.isfinite(results["metrics"]["val/loss"])
-    assert 0.0 <= results["metrics"]["val/acc"] <= 1.0
+    assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["bad", "good"]
+    losses = [h["val/loss"] for h in results["history"]]
+    assert [h["step"] for h in results["history"]] == [10, 20, 30, 40]
+    assert results["metrics"]["val/acc"] == 1.0, results["history"]
+    assert losses[-1] < 0.25 * math.log(2) and losses[-1] < 0.6 * losses[0], losses
 
 
 # --------------------------------------------------------------------------- data=hf, mistakes
@@ -298,6 +311,10 @@ def test_parallel_takes_exactly_one_of_the_two_ways(tmp_path: Path) -> None:
 
 
 def test_parallel_jsonl_trains_seq2seq_end_to_end(tmp_path: Path) -> None:
+    """The run's tokenizer holds exactly the characters of the "de" and "en" fields (plus the
+    newline joining lines, and the specials), so the run read those fields and no JSON around
+    them; and the model learns the pairs: the validation loss falls below 0.6 of the first
+    one and below half of ln(V), where an untrained model starts."""
     from xfmr.training.run import train
 
     files = _parallel_jsonl(tmp_path)
@@ -311,9 +328,17 @@ def test_parallel_jsonl_trains_seq2seq_end_to_end(tmp_path: Path) -> None:
             "objective=seq2seq",
             "arch=encoder_decoder",
             "size=tiny",
+            "optim.lr=3e-3",
+            "trainer.max_steps=40",
+            "trainer.val_check_interval=5",
         ],
     )
     check_config(cfg)  # the aligned-file keys left null are fine when the JSONL ones are set
     results = train(cfg)
-    assert math.isfinite(results["metrics"]["val/loss"])
-    assert results["metrics"]["val/ppl"] > 1.0
+    vocab = json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"]
+    rows = [json.loads(line) for line in files["train_path"].read_text().splitlines()]
+    specials = {"<unk>", "<pad>", "<s>", "</s>"}
+    assert set(vocab) - specials == {"\n", *"".join(row["de"] + row["en"] for row in rows)}
+    losses = [h["val/loss"] for h in results["history"]]
+    assert len(losses) == 8
+    assert losses[-1] < 0.6 * losses[0] and losses[-1] < 0.5 * math.log(len(vocab)), losses

@@ -17,6 +17,7 @@ from torch import nn
 from conftest import randomize
 from xfmr.generation import GenerationConfig, Hypothesis, generate, sample_text
 from xfmr.generation.processors import length_penalty
+from xfmr.interop.hf import from_hf
 from xfmr.nn.attention import causal_mask, record_attention
 from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import CausalLM, build_model
@@ -212,13 +213,17 @@ def test_without_early_stopping_the_best_hypothesis_is_no_worse() -> None:
 
 # --- Hugging Face parity ---------------------------------------------------------------------
 
-transformers = pytest.importorskip("transformers")
-from xfmr.interop import hf as interop  # noqa: E402
-
 HF_PROMPTS = [[5, 6, 7, 8, 9], [11, 12], [20, 3, 30, 31, 4, 33, 2]]
 
 
-def _hf_gpt2() -> nn.Module:
+@pytest.fixture
+def transformers():
+    """Hugging Face `transformers`, which only the parity tests need: without it they skip and
+    every other test here still runs."""
+    return pytest.importorskip("transformers")
+
+
+def _hf_gpt2(transformers) -> nn.Module:
     config = transformers.GPT2Config(
         vocab_size=VOCAB, n_positions=48, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=0, eos_token_id=0, attn_implementation="eager",
@@ -226,7 +231,7 @@ def _hf_gpt2() -> nn.Module:
     return randomize(transformers.GPT2LMHeadModel(config), std=STD)
 
 
-def _hf_t5() -> nn.Module:
+def _hf_t5(transformers) -> nn.Module:
     config = transformers.T5Config(
         vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
         num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
@@ -270,13 +275,13 @@ def _padded_batch(prompts: list[list[int]], side: str) -> tuple[torch.Tensor, to
 
 @pytest.mark.parametrize("family", ["gpt2", "t5"])
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_matches_hugging_face_generate(family: str, strategy: str) -> None:
+def test_matches_hugging_face_generate(family: str, strategy: str, transformers) -> None:
     """The same random weights in HF and xfmr (through xfmr.interop.hf). HF runs each prompt
     alone; xfmr runs them as one padded batch (right-padded: generate lays them out itself).
     HF's early_stopping=True is ours; its length_penalty is our "average" form's alpha.
     Beam: 4 beams, n_best 3, alpha 0.6, with eos so that some hypotheses finish."""
-    hf_model = _hf_gpt2() if family == "gpt2" else _hf_t5()
-    model = interop.from_hf(hf_model)
+    hf_model = _hf_gpt2(transformers) if family == "gpt2" else _hf_t5(transformers)
+    model = from_hf(hf_model)
     start = PAD if family == "t5" else None  # T5 starts the decoder with <pad>
     ids, mask = _padded_batch(HF_PROMPTS, "right")
     max_new = 8

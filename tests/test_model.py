@@ -1,4 +1,5 @@
-"""CausalLM from a ModelConfig: shapes, causality, padding, tying, parameter count, config."""
+"""CausalLM from a ModelConfig: shapes, causality, padding (also in an encoder, where right pads
+are attended unless masked), tying, parameter count, config."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from xfmr.nn.config import ModelConfig, PosConfig
-from xfmr.nn.models import CausalLM
+from xfmr.nn.models import CausalLM, build_model
 
 VOCAB, T = 50, 12
 
@@ -21,6 +22,20 @@ def _model(**overrides) -> CausalLM:
         pos=PosConfig(name="learned", max_positions=16),
     )
     return CausalLM(ModelConfig(**{**values, **overrides})).eval()
+
+
+def _encoder() -> torch.nn.Module:
+    """A bidirectional encoder of the same shape (pre-LN, learned positions), in eval mode."""
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        arch="encoder",
+        n_layers=2,
+        n_heads=4,
+        d_model=32,
+        pos=PosConfig(name="learned", max_positions=16),
+    )
+    return build_model(config).eval()
 
 
 def _ids(batch: int = 2, length: int = T, seed: int = 1) -> torch.Tensor:
@@ -46,10 +61,18 @@ def test_past_logits_ignore_future_tokens(pos: str) -> None:
     assert not torch.allclose(logits_changed[:, t + 1 :], logits[:, t + 1 :], atol=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["decoder", "encoder"])
 @torch.no_grad()
-def test_right_padding_matches_unpadded_sequences() -> None:
-    """With attention_mask, real positions of a right-padded batch equal each sequence run alone."""
-    model = _model()
+def test_right_padding_matches_unpadded_sequences(arch: str) -> None:
+    """With attention_mask, the real positions of a right-padded batch equal each sequence run
+    alone.
+
+    In the bidirectional encoder every position attends to the pads unless the mask hides them,
+    so there the test holds only if the mask is applied (checked: without it the padded row
+    differs). In the decoder causality already hides right pads; there it holds only if a mask
+    adds to causality rather than replacing it (the pads and later tokens are future keys).
+    """
+    model = _model() if arch == "decoder" else _encoder()
     lengths = [7, T]
     ids = _ids()
     attention_mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T)
@@ -57,6 +80,10 @@ def test_right_padding_matches_unpadded_sequences() -> None:
     for b, length in enumerate(lengths):
         alone = model(ids[b : b + 1, :length])  # (1, length, V)
         torch.testing.assert_close(logits[b, :length], alone[0], atol=1e-5, rtol=1e-5)
+    if arch == "encoder":
+        unmasked = model(ids)[0, : lengths[0]]
+        alone = model(ids[:1, : lengths[0]])[0]
+        assert not torch.allclose(unmasked, alone, atol=1e-3), "unmasked, the pads are attended"
 
 
 @torch.no_grad()
