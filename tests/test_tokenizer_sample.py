@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
+from xfmr.parts.tokenizer import prepare_tokenizer
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TokenizerSpec, text_fingerprint, train_tokenizer
-from xfmr.parts.tokenizer import prepare_tokenizer
 
 SETTINGS = {
     "char": {"kind": "char", "special_tokens": ["<unk>"]},
