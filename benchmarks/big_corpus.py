@@ -307,6 +307,25 @@ def print_table(corpus: Path, reused: bool, runs: dict[str, Run], rate: float, l
     print(f"\ncache: {cache_path}")
 
 
+def warm_starts(corpus: Path, out: Path, cache: Path, steps: int) -> None:
+    """Two second starts on a cache built before: each must neither encode nor fit anything."""
+    if not (cache / "tokens").is_dir():
+        sys.exit(f"--warm: {cache} holds no token cache; run once without --warm first")
+    load = os.getloadavg()[0]
+    print(f"\n`{' '.join(sys.argv)}`\n\n{machine()}; load average {load:.2f} before\n")
+    print("| start | tokenizer ready / first step / exit, s | CPU s | peak RSS, MB | tokenized? |")
+    print("|---|--:|--:|--:|---|")
+    for name in ("second-warm-1", "second-warm-2"):
+        run = run_train(name, corpus, out, cache, steps)
+        tokenizer_at = run.find(TOKENIZER_LINE)[0]
+        tokenized = second_start_check(run) or "no: memory-mapped, tokenizer cached"
+        print(
+            f"| {name} | {milestones(run, tokenizer_at)} | {run.cpu_s:.0f} | "
+            f"{run.peak_rss_mb:.0f} | {tokenized} |",
+            flush=True,
+        )
+
+
 def milestones(run: Run, tokenizer_at: float) -> str:
     return f"{tokenizer_at:.1f} / {seconds(run.first_step_s)} / {run.wall_s:.1f}"
 
@@ -320,6 +339,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rate-mb", type=int, default=16, help="MB encoded per CPU-second")
     parser.add_argument("--out", type=Path, default=Path("/tmp/xfmr-bench"))
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="keep the caches an earlier run of this script built in --out and time only "
+        "second starts (twice: the first may still record what later starts reuse)",
+    )
     args = parser.parse_args()
     sources = args.source or [args.data / name for name in DEFAULT_SOURCES]
     shakespeare = (args.data / SHAKESPEARE).resolve()
@@ -340,6 +365,9 @@ def main() -> None:
     )
 
     big_cache, small_cache = out / f"cache-{args.size_mb}MB", out / "cache-shakespeare"
+    if args.warm:
+        warm_starts(corpus, out, big_cache, args.steps)
+        return
     runs = {}
     for cache in (big_cache, small_cache):  # cold: nothing tokenized, no tokenizer trained
         shutil.rmtree(cache, ignore_errors=True)

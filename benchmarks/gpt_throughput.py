@@ -358,7 +358,46 @@ def main() -> None:
         "bf16-mixed": peak_flops("bf16-mixed", args.out, args.peak_tflops_bf16),
     }
     vocab_size = len(set(data.read_text(encoding="utf-8")))
+    print(cpu_bf16_note())
     print_table(rows, shape, flops_per_token(shape, vocab_size), peaks)
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bf16_note() -> str:
+    """Whether this CPU multiplies bf16 in hardware: without avx512_bf16 or AMX, torch emulates
+    bf16 matmuls, far below fp32, and the bf16 rows measure the emulation."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "CPU flags: unknown (no /proc/cpuinfo)"
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in info.splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown CPU",
+    )
+    flags = set(
+        next(
+            (
+                line.split(":", 1)[1].split()
+                for line in info.splitlines()
+                if line.startswith("flags")
+            ),
+            [],
+        )
+    )
+    found = [f for f in BF16_FLAGS if f in flags]
+    if found:
+        return f"{model}: bf16 matmul in hardware ({', '.join(found)})"
+    return (
+        f"{model}: no {' or '.join(BF16_FLAGS)}, so bf16 matmuls are emulated "
+        "(the bf16 rows and peak measure the emulation, not bf16 hardware)"
+    )
 
 
 if __name__ == "__main__":
