@@ -38,6 +38,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
+
 SETTLE_STEPS = 5  # steps 1..5 are left out of the median, as nanoGPT leaves them out of its mfu
 LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
 NANOGPT_LINE = re.compile(r"iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
@@ -362,43 +364,15 @@ def main() -> None:
     print_table(rows, shape, flops_per_token(shape, vocab_size), peaks)
 
 
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
 def cpu_bf16_note() -> str:
-    """Whether this CPU multiplies bf16 in hardware: without avx512_bf16 or AMX, torch emulates
-    bf16 matmuls, far below fp32, and the bf16 rows measure the emulation."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-    except OSError:
+    """Whether this CPU multiplies bf16 in hardware: without it torch emulates bf16 matmuls, far
+    below fp32, and the bf16 rows measure the emulation."""
+    found = cpu_bf16_flags()
+    if found is None:
         return "CPU flags: unknown (no /proc/cpuinfo)"
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in info.splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown CPU",
-    )
-    flags = set(
-        next(
-            (
-                line.split(":", 1)[1].split()
-                for line in info.splitlines()
-                if line.startswith("flags")
-            ),
-            [],
-        )
-    )
-    found = [f for f in BF16_FLAGS if f in flags]
     if found:
-        return f"{model}: bf16 matmul in hardware ({', '.join(found)})"
+        return f"{cpu_model()}: bf16 matmul in hardware ({', '.join(found)})"
     return (
-        f"{model}: no {' or '.join(BF16_FLAGS)}, so bf16 matmuls are emulated "
+        f"{cpu_model()}: no {' or '.join(BF16_MATMUL_FLAGS)}, so bf16 matmuls are emulated "
         "(the bf16 rows and peak measure the emulation, not bf16 hardware)"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -21,6 +21,7 @@ from xfmr.nn import ModelConfig, build_model
 from xfmr.training.throughput import (
     PEAK_CACHE_FILE,
     TrainingFlops,
+    cpu_bf16_flags,
     measured_peak_flops,
     mfu,
     precision_dtype,
@@ -196,17 +197,7 @@ class BarProbe(L.Callback):
         BarProbe.shown = dict(trainer.progress_bar_metrics)
 
 
-def _cpu_has_bf16_matmul() -> bool:
-    """avx512_bf16 or AMX: without them torch's bf16 matmul on a CPU is an emulation (measured
-    0.9 GFLOP/s on an AVX2-only EPYC, against 54 fp32), so a measured bf16 peak says nothing."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-@pytest.mark.skipif(not _cpu_has_bf16_matmul(), reason="this CPU has no bf16 matmul instructions")
+@pytest.mark.skipif(cpu_bf16_flags() == (), reason="this CPU has no bf16 matmul instructions")
 def test_bf16_mixed_trains_on_cpu_with_a_fused_optimizer_and_reports_mfu(tmp_path: Path) -> None:
     results = _train(
         tmp_path,
