@@ -17,7 +17,13 @@ from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.registry import data_choices, data_gives, objective_facts, objectives
+from xfmr.objectives.registry import (
+    ObjectiveFacts,
+    data_choices,
+    data_gives,
+    objective_facts,
+    objectives,
+)
 from xfmr.ranges import check_numbers, check_run_length
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
@@ -83,12 +89,13 @@ _DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "trai
 def check_data(cfg: DictConfig) -> None:
     """The data gives the examples the objective reads, and its files exist."""
     data_class = _class_name(cfg.data)
-    needs = objective_facts(cfg.objective._target_).reads if cfg.objective.get("_target_") else None
+    objective = _objective(cfg)
+    needs = objective.reads if objective else None
     gives = data_kind(cfg.data)
     if needs and gives and needs != gives:
         choices = data_choices(needs)
         raise UserError(
-            f"objective={_objective_name(cfg)} trains on {needs}, but the data group gives "
+            f"objective={objective.name} trains on {needs}, but the data group gives "
             f"{gives}: use data in {choices}"
             + (f" (data=hf: data.kind={needs})" if "hf" in choices else "")
         )
@@ -126,8 +133,9 @@ def _declared_kind(data: DictConfig) -> str | tuple[str, ...] | None:
     return data_gives(data._target_) if data.get("_target_") else None
 
 
-def _objective_name(cfg: DictConfig) -> str:
-    return objective_facts(cfg.objective._target_).name
+def _objective(cfg: DictConfig) -> ObjectiveFacts | None:
+    """What the config's objective declares; None for a section with no `_target_`."""
+    return objective_facts(cfg.objective._target_) if cfg.objective.get("_target_") else None
 
 
 def _class_name(section: DictConfig) -> str:
@@ -137,9 +145,9 @@ def _class_name(section: DictConfig) -> str:
 def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
     """The objective can train the architecture (no causal LM on a bidirectional encoder), with
     the segments its inputs use."""
-    if not cfg.objective.get("_target_"):
+    facts = _objective(cfg)
+    if facts is None:
         return
-    facts = objective_facts(cfg.objective._target_)
     if model.arch not in facts.archs:
         serving = [name for name, f in objectives().items() if model.arch in f.archs]
         raise UserError(
@@ -160,8 +168,9 @@ def check_objective(cfg: DictConfig, model: ModelConfig) -> None:
 
 
 def check_masking(cfg: DictConfig) -> None:
-    """objective=mlm's head is a known one; whole-word masking has a tokenizer that marks words."""
-    heads = objective_facts(cfg.objective._target_).heads if cfg.objective.get("_target_") else ()
+    """`objective.head` is one the objective declares; whole-word masking has a tokenizer that
+    marks words."""
+    heads = objective.heads if (objective := _objective(cfg)) else ()
     if heads and cfg.objective.get("head", heads[0]) not in heads:
         raise UserError(f"objective.head={cfg.objective.head!r} is not one of {list(heads)}")
     kind = cfg.tokenizer.get("kind")

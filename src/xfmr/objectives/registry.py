@@ -74,11 +74,6 @@ def objectives() -> dict[str, ObjectiveFacts]:
     return {choice: objective_facts(target) for choice, target in shipped("objective").items()}
 
 
-def objective_choice(target: str) -> str:
-    """The config name an objective is chosen by (its declared `name`)."""
-    return objective_facts(target).name
-
-
 def data_choices(kind: str) -> list[str]:
     """The shipped data groups that can give `kind`."""
     choices = []

@@ -82,7 +82,9 @@ def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool =
     """Build the run's parts from `plan`; `data` (a data config) is built and attached when
     given. A DDP worker (`is_worker`) reads what rank 0 wrote and writes nothing."""
     objective: Objective = instantiate(plan.config.objective)
-    labels = trained_labels(plan.config, plan.run_dir) if _labelled(plan, objective) else None
+    # A finished run's labels come from its labels.json; a training run's from its data, below.
+    finished_labels = plan.finished and objective.uses_labels
+    labels = trained_labels(plan.config, plan.run_dir) if finished_labels else None
     datamodule = data_module(data, labels) if data is not None else None
     tokenizer = _tokenizer(plan, objective, datamodule, is_worker=is_worker)
     objective.bind(tokenizer)
@@ -110,11 +112,6 @@ def data_module(data: DictConfig, labels: list[str] | None = None) -> Any:
     """The data group's module; with `labels`, a label's index is its place in that list (the
     label set a finished run was trained on), not in the data's own."""
     return instantiate(data, **({"labels": labels} if labels else {}))
-
-
-def _labelled(plan: Plan, objective: Objective) -> bool:
-    """A finished run's labels come from its labels.json; a training run's from its data."""
-    return plan.finished and objective.uses_labels
 
 
 def _tokenizer(

@@ -20,7 +20,8 @@ from xfmr.runs.loading import LoadedRun
 log = logging.getLogger("xfmr")
 
 SUPPORTED = (
-    "objective=clm (arch=decoder, rnn), seq2seq or span_corruption (encoder_decoder), mlm (encoder)"
+    "objective=clm (arch=decoder, rnn), seq2seq or span_corruption (encoder_decoder), mlm or "
+    "mlm_nsp (encoder)"
 )
 
 

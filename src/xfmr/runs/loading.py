@@ -4,7 +4,6 @@ chosen checkpoint."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +18,6 @@ from xfmr.parts.build import build_parts, plan_finished
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
 from xfmr.run_dir.files import RunFiles, locate_run
 from xfmr.text.tokenizers import TextTokenizer
-
-log = logging.getLogger("xfmr")
 
 
 @dataclass
