@@ -8,8 +8,10 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 PYTEST_ARGS ?=
+# The suite spread over every core; worksteal hands a long test's neighbours to an idle worker.
+XDIST ?= -n auto --dist worksteal
 
-.PHONY: install train test test-fast bench clean
+.PHONY: install train test test-fast coverage bench clean
 
 $(BIN)/.xfmr-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,13 +25,21 @@ train: install
 	$(BIN)/xfmr-train $(ARGS)
 
 test: install
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
 
+# The loop while editing: no end-to-end runs of the CLI or sweeps (`-m "not slow"`).
 test-fast: install
-	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+# Line coverage of src/, child processes included (pyproject's [tool.coverage]); the data file
+# by absolute path, so a CLI run in another directory adds to it.
+coverage: install
+	rm -f .coverage .coverage.*
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage run -m pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/coverage combine -q && $(BIN)/coverage report --format=total && $(BIN)/coverage report -m > coverage.txt
 
 bench: install
 	$(BIN)/python benchmarks/nanogpt_shakespeare.py --data $(or $(DATA),../shared/data/tinyshakespeare/input.txt) $(ARGS)
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) .cache .pytest_cache .coverage .coverage.* coverage.txt

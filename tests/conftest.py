@@ -14,6 +14,8 @@ import pytest
 import torch
 from torch import nn
 
+from cli_processes import can_fork, run_module
+
 CORPUS = (
     "the quick brown fox jumps over the lazy dog.\n"
     "a small cat sees a big bird near the river.\n"
@@ -87,7 +89,11 @@ def run_cli(
     timeout: float = 300,
     module: str = "xfmr.cli.train",
     env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> Completed:
+    """`python -m module *args` in a process of its own: forked from a server that has the
+    heavy imports done (tests/cli_processes.py), or a new interpreter with `fresh=True` or an
+    environment that only a start-up reads."""
     env = {
         **os.environ,
         "XFMR_CACHE_DIR": str(cwd / ".cache"),
@@ -96,6 +102,8 @@ def run_cli(
         **(env or {}),
     }
     env.pop("WANDB_API_KEY", None)
+    if not fresh and can_fork(env):
+        return Completed(*run_module(module, args, cwd=cwd, env=env, timeout=timeout))
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
