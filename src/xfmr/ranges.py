@@ -114,6 +114,7 @@ NUMERIC_KEYS: dict[str, tuple[tuple[Number, ...], str | None]] = {
     "data.batch_size": ((STEPS,), None),
     "data.block_size": ((STEPS,), None),
     "data.train_stride": ((STEPS,), None),
+    "data.val_batches": ((STEPS,), "every window of the validation split"),
     "data.num_workers": ((COUNT,), None),
     "data.val_fraction": ((FRACTION_OPEN,), "validate on data.val_split"),
     "data.max_length": ((STEPS,), "no limit"),
