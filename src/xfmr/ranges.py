@@ -106,13 +106,15 @@ NUMERIC_KEYS: dict[str, tuple[tuple[Number, ...], str | None]] = {
     "optim.eps": ((NON_NEGATIVE,), None),
     "optim.momentum": ((NON_NEGATIVE,), None),
     "optim.betas": ((Number(low=0, high=1, open_high=True, items=2),), None),
-    "schedule.warmup_steps": ((COUNT,), None),
+    "schedule.warmup_steps": ((COUNT,), "schedule.warmup_ratio of the run"),
+    "schedule.warmup_ratio": ((FRACTION,), "no warm-up unless schedule.warmup_steps"),
     "schedule.min_lr_ratio": ((FRACTION,), None),
     "schedule.decay_steps": ((STEPS,), "trainer.max_steps"),
     "schedule.d_model": ((STEPS,), None),
     "data.batch_size": ((STEPS,), None),
     "data.block_size": ((STEPS,), None),
     "data.train_stride": ((STEPS,), None),
+    "data.val_batches": ((STEPS,), "every window of the validation split"),
     "data.num_workers": ((COUNT,), None),
     "data.val_fraction": ((FRACTION_OPEN,), "validate on data.val_split"),
     "data.max_length": ((STEPS,), "no limit"),
@@ -178,26 +180,49 @@ def check_run_length(cfg: DictConfig) -> None:
             "to a number of optimizer steps, or trainer.max_epochs to a number of epochs"
         )
     schedule = cfg.get("schedule")
-    if not schedule:
-        return
-    warmup, decay = schedule.get("warmup_steps"), schedule.get("decay_steps")
-    if max_steps and max_steps > 0 and warmup is not None and warmup > max_steps:
+    if schedule:
+        _check_warmup(schedule, max_steps if max_steps and max_steps > 0 else None)
+
+
+def _check_warmup(schedule: DictConfig, max_steps: int | None) -> None:
+    """A warm-up set in steps fits in a run set in steps (one given as a share of the run
+    always does); the decay ends after it; noam and inverse_sqrt have one."""
+    steps, ratio = schedule.get("warmup_steps"), schedule.get("warmup_ratio")
+    given = (
+        f"schedule.warmup_steps={steps}" if steps is not None else f"schedule.warmup_ratio={ratio}"
+    )
+    if max_steps is not None and steps is not None and steps > max_steps:
         raise UserError(
-            f"schedule.warmup_steps={warmup} is longer than the run, trainer.max_steps="
+            f"schedule.warmup_steps={steps} is longer than the run, trainer.max_steps="
             f"{max_steps}: the learning rate would never reach optim.lr; use "
-            f"schedule.warmup_steps<={max_steps} or a longer trainer.max_steps"
+            f"schedule.warmup_steps<={max_steps}, a longer trainer.max_steps, or "
+            "schedule.warmup_steps=null with schedule.warmup_ratio (a share of the run)"
         )
-    if decay is not None and warmup is not None and decay < warmup:
-        raise UserError(
-            f"schedule.decay_steps={decay} ends the decay before the warm-up "
-            f"(schedule.warmup_steps={warmup}) ends: use schedule.decay_steps>={warmup}"
-        )
+    decay = schedule.get("decay_steps")
+    if decay is not None and (steps is not None or max_steps is not None):
+        warmup = warmup_length(steps, ratio, max_steps or 0)
+        if decay < warmup:
+            raise UserError(
+                f"schedule.decay_steps={decay} ends the decay before the warm-up ({given}: "
+                f"{warmup} steps) ends: use schedule.decay_steps>={warmup}"
+            )
     name = str(schedule.get("_target_", "")).rsplit(".", 1)[-1]
-    if name in _WARMUP_DIVIDES and warmup == 0:
+    if name in _WARMUP_DIVIDES and (steps == 0 or (steps is None and not ratio)):
         raise UserError(
-            f"schedule.warmup_steps=0 with schedule={name}: its lr formula divides by the "
-            "warm-up; use schedule.warmup_steps>=1"
+            f"{given} with schedule={name}: its lr formula divides by the warm-up; use "
+            "schedule.warmup_steps>=1 or schedule.warmup_ratio>0"
         )
+
+
+def warmup_length(steps: int | None, ratio: float | None, total_steps: int) -> int:
+    """The warm-up in optimizer steps: `schedule.warmup_steps` when set, else
+    `schedule.warmup_ratio` of the run's `total_steps`, rounded and at least one step (Hugging
+    Face's `warmup_ratio`), so a shipped warm-up follows the length of the run; else none."""
+    if steps is not None:
+        return int(steps)
+    if not ratio:
+        return 0
+    return max(1, round(ratio * total_steps))
 
 
 _WARMUP_DIVIDES = ("noam", "inverse_sqrt")  # xfmr.training.optim

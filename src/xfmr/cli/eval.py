@@ -32,6 +32,7 @@ ENTRY = EntryPoint(
         "xfmr-eval run_dir=RUN checkpoint=averaged generation=beam generation.num_beams=4",
         "xfmr-eval run_dir=RUN data.val_source=test.de data.val_target=test.en out=test.json",
         "xfmr-eval run_dir=RUN data.path=other.txt        (a text run: its tail val_fraction)",
+        "xfmr-eval run_dir=RUN data.val_batches=200       (a text run: an estimate on 200 batches)",
     ),
     groups=("generation",),
     open_sections=("data",),
@@ -55,9 +56,17 @@ def data_with_overrides(run_config: DictConfig, overrides: Any) -> DictConfig:
             f"{', '.join(k for k in data if k != '_target_')}"
         )
     merged = OmegaConf.merge(data, overrides)
+    if "val_batches" in merged and "val_batches" not in overrides:
+        merged.val_batches = None  # the exact figure over the whole split, unless asked
     checked = OmegaConf.merge(run_config, {"data": merged})
     check_data(checked)
     return merged
+
+
+def coverage(datamodule: Any) -> dict:
+    """How much of the validation split the figures read, for data that reads a budget."""
+    read = getattr(datamodule, "val_coverage", None)
+    return {"val_coverage": read()} if read is not None else {}
 
 
 def outputs_path(report: Path) -> Path:
@@ -87,6 +96,7 @@ def _evaluate(cfg: DictConfig, files: RunFiles, data_config: DictConfig, out: Pa
         "data": OmegaConf.to_container(data_config, resolve=True),
         "seed": cfg.seed,
         **metrics,
+        **coverage(datamodule),
         "generation": {**asdict(settings), "batch_size": batch_size},
     }
     if cfg.bleu and report["objective"] == "seq2seq":

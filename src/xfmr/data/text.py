@@ -9,7 +9,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
@@ -53,6 +53,10 @@ class TextCorpusDataModule(L.LightningDataModule):
         batch_size: examples per batch (per process under DDP).
         train_stride: distance between training windows; 1 takes every offset, as nanoGPT's
             random sampling does; validation windows never overlap.
+        val_batches: the validation budget: at most this many batches of windows, spread
+            evenly over the split and the same at every validation, so curves compare and a
+            large split costs what a few hundred training steps do; a split within the budget
+            is read whole. None reads every window (the exact figure; xfmr-eval's default).
         num_workers: DataLoader workers.
         cache: encode the files once per tokenizer into `cache_dir` and memory-map the ids
             (xfmr.text.token_cache); false encodes them in memory in every run. Text that
@@ -70,6 +74,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         block_size: int = 64,
         batch_size: int = 12,
         train_stride: int = 1,
+        val_batches: int | None = None,
         num_workers: int = 0,
         cache: bool = False,
         cache_dir: str | None = None,
@@ -78,11 +83,14 @@ class TextCorpusDataModule(L.LightningDataModule):
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
         require_positive(block_size=block_size, batch_size=batch_size, train_stride=train_stride)
+        if val_batches is not None:
+            require_positive(val_batches=val_batches)
         self.path = path
         self.val_fraction = val_fraction
         self.block_size = block_size
         self.batch_size = batch_size
         self.train_stride = train_stride
+        self.val_batches = val_batches
         self.num_workers = num_workers
         self.cache = cache_setting(cache, cache_dir)
         self.cache_dir = cache_dir
@@ -163,8 +171,24 @@ class TextCorpusDataModule(L.LightningDataModule):
         return self._loader(dataset, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        dataset = BlockDataset(self.val_ids, length=self.block_size + 1, stride=self.block_size)
-        return self._loader(dataset, shuffle=False)
+        windows = self._val_windows()
+        read = self.val_coverage()["windows"]
+        # Window i of `read` is the split's window i * N // read: evenly spread, never moving.
+        chosen = windows if read == len(windows) else evenly_spaced(windows, read)
+        return self._loader(chosen, shuffle=False)
+
+    def val_coverage(self, batches: int | None = None) -> dict[str, int]:
+        """How much of the validation split one validation reads: `windows` of the split's
+        `of` (every `block_size` tokens), and the `tokens` they predict; `batches` caps it at
+        what a loop reading only that many batches sees (trainer.limit_val_batches)."""
+        total = len(self._val_windows())
+        read = total if self.val_batches is None else min(total, self.val_batches * self.batch_size)
+        if batches is not None:
+            read = min(read, batches * self.batch_size)
+        return {"windows": read, "of": total, "tokens": read * self.block_size}
+
+    def _val_windows(self) -> BlockDataset:
+        return BlockDataset(self.val_ids, length=self.block_size + 1, stride=self.block_size)
 
     def _loader(self, dataset: Dataset, *, shuffle: bool) -> DataLoader:
         if self.collate_fn is None:
@@ -179,3 +203,10 @@ class TextCorpusDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             collate_fn=self.collate_fn,
         )
+
+
+def evenly_spaced(dataset: Dataset, count: int) -> Subset:
+    """`count` items of `dataset`, item i being `dataset[i * len(dataset) // count]`: a fixed
+    sample spread over the whole of it, not its head."""
+    total = len(dataset)  # type: ignore[arg-type]
+    return Subset(dataset, [i * total // count for i in range(count)])

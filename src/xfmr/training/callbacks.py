@@ -3,6 +3,7 @@ shows the run's steps."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
@@ -12,6 +13,19 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 
 from xfmr.training.throughput import TrainingFlops, measured_peak_flops, mfu, precision_dtype
+
+
+def validation_coverage(trainer: L.Trainer) -> dict[str, int] | None:
+    """How much of the validation split a validation reads (`val_coverage` of data that has a
+    validation budget: windows read, of how many, tokens), as far as Lightning's loop reads it;
+    None for data that does not say."""
+    read = getattr(trainer.datamodule, "val_coverage", None)
+    if read is None:
+        return None
+    counts = trainer.num_val_batches  # per process, after trainer.limit_val_batches
+    if counts and math.isfinite(counts[0]):
+        return read(batches=int(counts[0]) * trainer.world_size)
+    return read()
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -182,9 +196,22 @@ class StepProgressBar(RichProgressBar):
     Training is step-based (`max_epochs: -1`), where Lightning's bar reads "Epoch 0/-2" and
     restarts its count every epoch. This one is a single bar for the whole run: "step", then
     `global_step/max_steps` (a resumed run starts at its restored step), steps/s and the logged
-    metrics beside it. Validation bars are Lightning's. Without `max_steps` (-1) the bar is
+    metrics beside it. Validation bars are Lightning's, labelled with how much of the split
+    they read (data with a budget, `data.val_batches`). Without `max_steps` (-1) the bar is
     Lightning's, per epoch.
     """
+
+    @property
+    def validation_description(self) -> str:
+        """ "Validation", with how much of the split it reads when that is known."""
+        trainer = getattr(self, "_trainer", None)
+        coverage = validation_coverage(trainer) if trainer is not None else None
+        if coverage is None:
+            return "Validation"
+        read, total = coverage["windows"], coverage["of"]
+        if read == total:
+            return f"Validation (all {total:,} windows)"
+        return f"Validation ({read:,} of {total:,} windows, {read / total:.1%})"
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.max_steps <= 0:
@@ -207,8 +234,8 @@ class StepProgressBar(RichProgressBar):
         if self.is_disabled or self.progress is None:
             return
         if self.train_progress_bar_id is None:
-            # Padded like Lightning's epoch label, so the bar does not shift when validating.
-            label = f"{'step':{len(self.validation_description)}}"
+            # Padded like Lightning's epoch label.
+            label = f"{'step':{len('Validation')}}"
             self.train_progress_bar_id = self._add_task(trainer.max_steps, label)
             # Started at the restored step, so steps/s and time left count this run's steps only.
             self.progress.reset(self.train_progress_bar_id, completed=trainer.global_step)

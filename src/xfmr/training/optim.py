@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from xfmr.ranges import warmup_length
+
 
 def param_groups(
     model: nn.Module, weight_decay: float, *, backbone_lr: float | None = None
@@ -52,14 +54,17 @@ def warmup_cosine(
     optimizer: torch.optim.Optimizer,
     *,
     total_steps: int,
-    warmup_steps: int = 100,
+    warmup_steps: int | None = 100,
+    warmup_ratio: float | None = None,
     min_lr_ratio: float = 0.1,
     decay_steps: int | None = None,
 ) -> LambdaLR:
     """Linear warm-up to the base lr, then cosine decay to `min_lr_ratio * lr` at `decay_steps`
-    (default: the run's total steps), flat after; nanoGPT's `get_lr` exactly."""
+    (default: the run's total steps), flat after; nanoGPT's `get_lr` exactly. Every schedule
+    here warms up for `warmup_steps`, or when that is None `warmup_ratio` of `total_steps`."""
+    warmup = warmup_length(warmup_steps, warmup_ratio, total_steps)
     decay_steps = decay_steps or total_steps
-    return LambdaLR(optimizer, _warmup_cosine_factor(warmup_steps, decay_steps, min_lr_ratio))
+    return LambdaLR(optimizer, _warmup_cosine_factor(warmup, decay_steps, min_lr_ratio))
 
 
 def _warmup_cosine_factor(
@@ -77,33 +82,49 @@ def _warmup_cosine_factor(
 
 
 def constant(
-    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 0
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    warmup_steps: int | None = 0,
+    warmup_ratio: float | None = None,
 ) -> LambdaLR:
     """Linear warm-up, then the base lr."""
-    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)))
+    warmup = warmup_length(warmup_steps, warmup_ratio, total_steps)
+    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
 
 
 def noam(
-    optimizer: torch.optim.Optimizer, *, total_steps: int, d_model: int, warmup_steps: int = 4000
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    d_model: int,
+    warmup_steps: int | None = 4000,
+    warmup_ratio: float | None = None,
 ) -> LambdaLR:
     """lr = lr0 * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1
     (Vaswani et al. 2017, eq. 3); lr0 is the optimizer's lr (the paper's is 1)."""
+    warmup = warmup_length(warmup_steps, warmup_ratio, total_steps)
 
     def factor(step: int) -> float:
         step += 1
-        return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
     return LambdaLR(optimizer, factor)
 
 
 def inverse_sqrt(
-    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int = 4000
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    warmup_steps: int | None = 4000,
+    warmup_ratio: float | None = None,
 ) -> LambdaLR:
     """Linear warm-up to the base lr, then lr * sqrt(warmup / step) (fairseq's inverse_sqrt)."""
+    warmup = warmup_length(warmup_steps, warmup_ratio, total_steps)
 
     def factor(step: int) -> float:
         step += 1
-        return step / warmup_steps if step < warmup_steps else (warmup_steps / step) ** 0.5
+        return step / warmup if step < warmup else (warmup / step) ** 0.5
 
     return LambdaLR(optimizer, factor)
 
@@ -112,15 +133,17 @@ def linear(
     optimizer: torch.optim.Optimizer,
     *,
     total_steps: int,
-    warmup_steps: int = 0,
+    warmup_steps: int | None = 0,
+    warmup_ratio: float | None = None,
     min_lr_ratio: float = 0.0,
 ) -> LambdaLR:
     """Linear warm-up, then linear decay to `min_lr_ratio * lr` at the last step (BERT)."""
+    warmup = warmup_length(warmup_steps, warmup_ratio, total_steps)
 
     def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
         return 1.0 - progress * (1.0 - min_lr_ratio)
 
     return LambdaLR(optimizer, factor)

@@ -26,7 +26,7 @@ from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
 from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 from xfmr.text.tokenizers import TextTokenizer
-from xfmr.training.callbacks import RunSummary, TextSample
+from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
 from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
@@ -372,4 +372,6 @@ def summarize(
         "overrides": list(overrides),
         "resumed_from": resumed_from,
         "history": summary.history,
+        # How much of the validation split each validation read (data.val_batches).
+        "val_coverage": validation_coverage(trainer),
     }
