@@ -8,18 +8,26 @@ trial's values and tells it how the trial ended. Both record every job's outcome
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from xfmr.errors import UserError
-from xfmr.sweeps.jobs import JobOutcome, job_output_dir, outcome_of, read_results
+from xfmr.sweeps.jobs import (
+    JobOutcome,
+    job_log_path,
+    job_output_dir,
+    outcome_of,
+    read_results,
+)
 
 log = logging.getLogger("xfmr")
 
 
 class JobRunner:
-    """Launches one job at a time per calling thread and reads how it ended."""
+    """Launches one job at a time per calling thread and reads how it ended; a line on the
+    console when it starts and one when it ends (the job's own output is in its log)."""
 
     def __init__(self, launcher: Any, config_loader: Any, config: Any, metric: str) -> None:
         self.launcher = launcher
@@ -34,7 +42,8 @@ class JobRunner:
         from hydra.core.utils import JobStatus
 
         job_dir = self.job_dir(num, overrides)
-        log.info("job %d: %s", num, " ".join(overrides))
+        log.info("job %d started: %s", num, " ".join(overrides))
+        started = time.monotonic()
         failure = None
         try:
             [ret] = self.launcher.launch([list(overrides)], initial_job_idx=num)
@@ -43,9 +52,22 @@ class JobRunner:
         except Exception as e:  # a launcher that raises for its job (submitit): that job failed
             failure = _one_line(e)
         outcome = outcome_of(num, overrides, job_dir, self.metric, failure)
-        shown = f" ({outcome.reason})" if outcome.reason else ""
-        log.info("job %d %s%s", num, outcome.status, shown)
+        log.info("%s", self.ended_line(outcome, time.monotonic() - started))
         return outcome
+
+    def ended_line(self, outcome: JobOutcome, seconds: float) -> str:
+        """`job 3 completed  val/loss=2.31  12.4 s  log: RUN_DIR/train.log`, with the one-line
+        reason of a job that did not complete."""
+        parts = [f"job {outcome.num} {outcome.status}"]
+        if outcome.value is not None:
+            parts.append(f"{self.metric}={outcome.value:.6g}")
+        if outcome.reason:
+            parts.append(f"({outcome.reason})")
+        parts.append(f"{seconds:.1f} s")
+        log_path = job_log_path(Path(outcome.dir), self.config)
+        if log_path.is_file():
+            parts.append(f"log: {log_path}")
+        return "  ".join(parts)
 
 
 def _one_line(error: Any) -> str:
