@@ -70,7 +70,10 @@ def job_context(start_method: str, preload: tuple[str, ...]) -> Any:
     if start_method == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         # Read when the server starts (the first job of the process); an import that fails
-        # there is skipped, and the job imports it itself.
+        # there is skipped, and the job imports it itself. After these imports the server runs
+        # no Python thread and torch has not started its pools (it does no work there); the
+        # only other threads are OpenBLAS's (numpy, scipy), which OpenBLAS stops across a fork
+        # (pthread_atfork): a job starts with one thread.
         context.set_forkserver_preload(list(preload))
         return context
     return multiprocessing.get_context("spawn")  # no fork server (Windows): a fresh interpreter

@@ -21,6 +21,7 @@ from xfmr.sweeps.jobs import (
     outcome_of,
     read_results,
 )
+from xfmr.sweeps.summary import varying_keys
 
 log = logging.getLogger("xfmr")
 
@@ -34,6 +35,8 @@ class JobRunner:
         self.config_loader = config_loader
         self.config = config
         self.metric = metric
+        # The override keys that tell one job from another, shown in its start line (None: all).
+        self.shown_keys: set[str] | None = None
 
     def job_dir(self, num: int, overrides: list[str]) -> Path:
         return job_output_dir(self.config_loader, self.config, overrides, num)
@@ -42,7 +45,8 @@ class JobRunner:
         from hydra.core.utils import JobStatus
 
         job_dir = self.job_dir(num, overrides)
-        log.info("job %d started: %s", num, " ".join(overrides))
+        shown = [o for o in overrides if self.shown_keys is None or _key(o) in self.shown_keys]
+        log.info("job %d started: %s", num, " ".join(shown))
         started = time.monotonic()
         failure = None
         try:
@@ -70,6 +74,10 @@ class JobRunner:
         return "  ".join(parts)
 
 
+def _key(override: str) -> str:
+    return override.partition("=")[0]
+
+
 def _one_line(error: Any) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
@@ -80,6 +88,7 @@ def run_grid(runner: JobRunner, jobs: list[list[str]], workers: int) -> list[Job
     with the same overrides is not run again, so the same command resumes a killed sweep."""
     outcomes: list[JobOutcome] = []
     pending: list[tuple[int, list[str]]] = []
+    runner.shown_keys = varying_keys([{"overrides": o} for o in jobs])
     for num, overrides in enumerate(jobs):
         job_dir = runner.job_dir(num, overrides)
         results = read_results(job_dir)
