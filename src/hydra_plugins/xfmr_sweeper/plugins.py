@@ -38,10 +38,9 @@ class XfmrLauncherConf:
     _target_: str = "hydra_plugins.xfmr_sweeper.plugins.XfmrLauncher"
     # forkserver: each job forked from a server that imported `preload` once (spawn where the
     # platform has no fork server). spawn: a fresh interpreter per job, seconds more each.
+    # Not the entry point's module: each job runs it again as its __main__, as spawn does.
     start_method: str = "forkserver"
-    preload: list[str] = field(
-        default_factory=lambda: ["torch", "lightning", "xfmr.training.run"]
-    )
+    preload: list[str] = field(default_factory=lambda: ["torch", "lightning", "xfmr.training.run"])
 
 
 ConfigStore.instance().store(
