@@ -2,7 +2,8 @@
 
 The sweeper runs a grid over the command line's sweeps, or, with `sampler` set (the
 hparams_search group sets it), an Optuna search over `params`. The launcher runs each job in
-a child process, so a job that fails in any way is recorded and the sweep goes on.
+a child process, so a job that fails in any way is recorded and the sweep goes on; the job's
+output goes to its run directory's log.
 """
 
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ class XfmrSweeperConf:
 @dataclass
 class XfmrLauncherConf:
     _target_: str = "hydra_plugins.xfmr_sweeper.plugins.XfmrLauncher"
+    # forkserver: each job forked from a server that imported `preload` once (spawn where the
+    # platform has no fork server). spawn: a fresh interpreter per job, seconds more each.
+    # Not the entry point's module: each job runs it again as its __main__, as spawn does.
+    start_method: str = "forkserver"
+    preload: list[str] = field(default_factory=lambda: ["torch", "lightning", "xfmr.training.run"])
 
 
 ConfigStore.instance().store(
@@ -79,12 +85,22 @@ class XfmrSweeper(Sweeper):
 
 
 class XfmrLauncher(Launcher):
-    def __init__(self) -> None:
+    def __init__(self, **settings: Any) -> None:
+        self.settings = XfmrLauncherConf(**settings)
         self.hydra_context: Any = None
         self.task_function: Any = None
         self.config: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        from xfmr.cli.common import fail
+        from xfmr.sweeps.processes import START_METHODS
+
+        start_method = self.settings.start_method
+        if start_method not in START_METHODS:
+            fail(
+                "xfmr-train",
+                f"hydra.launcher.start_method={start_method!r}; valid: {', '.join(START_METHODS)}",
+            )
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
@@ -93,6 +109,14 @@ class XfmrLauncher(Launcher):
         from xfmr.sweeps.jobs import launch_job
 
         return [
-            launch_job(self.hydra_context, self.task_function, self.config, list(o), num)
+            launch_job(
+                self.hydra_context,
+                self.task_function,
+                self.config,
+                list(o),
+                num,
+                start_method=self.settings.start_method,
+                preload=tuple(self.settings.preload),
+            )
             for num, o in enumerate(job_overrides, start=initial_job_idx)
         ]

@@ -3,25 +3,22 @@ ended.
 
 Hydra's basic launcher runs jobs in its own process and catches `Exception` only, so a job that
 calls `sys.exit` (every config check does), is killed by the kernel (out of memory) or by
-SIGKILL ends the whole sweep. Here a job is a spawned process: whatever happens to it, the
-parent records it and the sweep goes on.
+SIGKILL ends the whole sweep. Here a job is a process of its own (`xfmr.sweeps.processes`):
+whatever happens to it, the parent records it and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
-import signal
-import sys
 import threading
-import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from xfmr.files import write_json
+from xfmr.sweeps.processes import run_in_child, stop_job_server
 from xfmr.sweeps.search import is_finite
 
 log = logging.getLogger("xfmr")
@@ -29,6 +26,8 @@ log = logging.getLogger("xfmr")
 RESULTS_FILE = "results.json"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _compose_lock = threading.Lock()  # Hydra's config loading is not made for threads
+_composed: dict[tuple[int, tuple[str, ...], int], Any] = {}  # oldest first
+_COMPOSED_KEPT = 64
 
 
 class JobFailed(Exception):
@@ -53,13 +52,42 @@ class JobOutcome:
 
 def job_output_dir(config_loader: Any, config: Any, overrides: list[str], num: int) -> Path:
     """The run directory Hydra gives job `num`: `hydra.sweep.dir` / `hydra.sweep.subdir`."""
-    from omegaconf import OmegaConf, open_dict
+    return _sweep_subdir(_job_config(config_loader, config, overrides, num))
 
+
+def _job_config(
+    config_loader: Any, config: Any, overrides: list[str], num: int, *, take: bool = False
+) -> Any:
+    """Job `num`'s config, composed once (a composition takes a good part of a second): the
+    sweep asks for its run directory, then the launcher for the config it runs with, which
+    takes it (`take`) to change it."""
+    from omegaconf import open_dict
+
+    key = (id(config), tuple(overrides), num)
     with _compose_lock:
-        sweep_config = config_loader.load_sweep_config(config, list(overrides))
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = num
-        sweep_config.hydra.job.num = num
+        sweep_config = _composed.pop(key, None)
+        if sweep_config is None:
+            sweep_config = config_loader.load_sweep_config(config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = num
+                sweep_config.hydra.job.num = num
+        if not take:
+            _composed[key] = sweep_config
+            while len(_composed) > _COMPOSED_KEPT:
+                _composed.pop(next(iter(_composed)))
+    return sweep_config
+
+
+def end_of_jobs() -> None:
+    """The sweep is over: its configs go, and the fork server with them."""
+    with _compose_lock:
+        _composed.clear()
+    stop_job_server()
+
+
+def _sweep_subdir(sweep_config: Any) -> Path:
+    from omegaconf import OmegaConf
+
     subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")
     return Path(str(sweep_config.hydra.sweep.dir)) / str(subdir)
 
@@ -116,18 +144,32 @@ def divide_threads(workers: int) -> None:
     os.environ.update(dict.fromkeys(_THREAD_VARS, threads))
 
 
-def launch_job(hydra_context: Any, task_function: Any, config: Any, overrides: list[str], num: int):
-    """xfmr's launcher: job `num` in a child process; a `JobReturn` that says how it ended
-    (failed: its return value is a `JobFailed` with the one-line reason)."""
+def launch_job(
+    hydra_context: Any,
+    task_function: Any,
+    config: Any,
+    overrides: list[str],
+    num: int,
+    *,
+    start_method: str = "forkserver",
+    preload: tuple[str, ...] = (),
+):
+    """xfmr's launcher: job `num` in a child process, its output in its log; a `JobReturn`
+    that says how it ended (failed: its return value is a `JobFailed` with the one-line
+    reason)."""
     from hydra.core.utils import JobReturn, JobStatus
-    from omegaconf import open_dict
 
-    with _compose_lock:
-        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = num
-        sweep_config.hydra.job.num = num
-    ok, value = run_in_child(hydra_context, task_function, sweep_config)
+    sweep_config = _job_config(hydra_context.config_loader, config, overrides, num, take=True)
+    log_path = job_log_path(_sweep_subdir(sweep_config), sweep_config)
+    log_once(sweep_config, log_path)
+    ok, value = run_in_child(
+        hydra_context,
+        task_function,
+        sweep_config,
+        log_path=log_path,
+        start_method=start_method,
+        preload=preload,
+    )
     return JobReturn(
         overrides=list(overrides),
         status=JobStatus.COMPLETED if ok else JobStatus.FAILED,
@@ -135,93 +177,26 @@ def launch_job(hydra_context: Any, task_function: Any, config: Any, overrides: l
     )
 
 
-def run_in_child(hydra_context: Any, task_function: Any, sweep_config: Any) -> tuple[bool, Any]:
-    """Run one Hydra job in a spawned process (never forked: torch's threads do not survive a
-    fork). Returns (ok, the task's return value or the one-line reason it failed)."""
-    import cloudpickle
-    from hydra.core.singleton import Singleton
-
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    # cloudpickle, as Hydra's joblib and submitit launchers do: Hydra's state holds OmegaConf's
-    # resolvers, which are closures that plain pickle refuses.
-    job = cloudpickle.dumps((hydra_context, task_function, sweep_config, Singleton.get_state()))
-    process = context.Process(target=_child_main, args=(sender, job))
-    process.start()
-    sender.close()
-    try:
-        message = receiver.recv()
-    except EOFError:  # the child died before it could say anything
-        message = None
-    process.join()
-    if message is None:
-        return False, _exit_reason(process.exitcode)
-    return message
+def job_log_path(job_dir: Path, config: Any) -> Path:
+    """A job's log, where all it printed goes: the file Hydra's job logging writes in its run
+    directory (RUN_DIR/train.log)."""
+    return job_dir / f"{config.hydra.job.name}.log"
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is not None and code < 0:
-        name = signal.Signals(-code).name
-        hint = " (out of memory, or kill -9)" if name == "SIGKILL" else ""
-        return f"killed by {name}{hint}"
-    return f"the job's process exited with code {code}"
+def log_once(sweep_config: Any, log_path: Path) -> None:
+    """The job's console output goes to `log_path`: a log handler that writes the same file
+    (Hydra's `file`) would put every message there twice."""
+    from omegaconf import open_dict, read_write
 
-
-def _child_main(sender: Any, job: bytes) -> None:
-    import cloudpickle
-    from hydra.core.singleton import Singleton
-    from hydra.core.utils import JobStatus, run_job, setup_globals
-
-    hydra_context, task_function, sweep_config, singleton_state = cloudpickle.loads(job)
-    Singleton.set_state(singleton_state)
-    setup_globals()
-    sys.stderr = tail = _LastLine(sys.stderr)
-    code = 0
-    try:
-        ret = run_job(
-            hydra_context=hydra_context,
-            task_function=task_function,
-            config=sweep_config,
-            job_dir_key="hydra.sweep.dir",
-            job_subdir_key="hydra.sweep.subdir",
-        )
-        if ret.status == JobStatus.COMPLETED:
-            message = (True, ret._return_value)
-        else:
-            error = ret._return_value
-            traceback.print_exception(error)
-            message = (False, f"{type(error).__name__}: {error}".splitlines()[0])
-    except SystemExit as e:  # a config check's one-line message, or a person's sys.exit
-        code = e.code if isinstance(e.code, int) else 1
-        reason = (tail.error or tail.last).removeprefix("xfmr-train: error: ")
-        message = (False, reason or f"the job called sys.exit({e.code!r})")
-    except BaseException as e:  # noqa: BLE001 - whatever it was, the parent records it
-        traceback.print_exc()
-        code = 1
-        message = (False, f"{type(e).__name__}: {e}".splitlines()[0])
-    sender.send(message)
-    sender.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no waiting on threads a library left behind (wandb, loaders)
-
-
-class _LastLine:
-    """Passes writes through to stderr and keeps the last `xfmr-train: error:` line (the
-    message a job printed before it exited; a config error may add detail lines after it) and
-    the last non-empty line."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.last = ""
-        self.error = ""
-
-    def write(self, text: str) -> int:
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        if lines:
-            self.last = lines[-1]
-            self.error = next((s for s in reversed(lines) if ": error: " in s), self.error)
-        return self.stream.write(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)
+    with read_write(sweep_config.hydra), open_dict(sweep_config.hydra):
+        sweep_config.hydra.runtime.output_dir = str(log_path.parent)  # as the job will set it
+        logging_config = sweep_config.hydra.job_logging
+        handlers = logging_config.get("handlers") or {}
+        same = {
+            name
+            for name, handler in handlers.items()
+            if handler.get("filename") and Path(str(handler.filename)) == log_path
+        }
+        root = logging_config.get("root") or {}
+        if same and root.get("handlers"):
+            root.handlers = [name for name in root.handlers if name not in same]

@@ -8,24 +8,35 @@ trial's values and tells it how the trial ended. Both record every job's outcome
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from xfmr.errors import UserError
-from xfmr.sweeps.jobs import JobOutcome, job_output_dir, outcome_of, read_results
+from xfmr.sweeps.jobs import (
+    JobOutcome,
+    job_log_path,
+    job_output_dir,
+    outcome_of,
+    read_results,
+)
+from xfmr.sweeps.summary import varying_keys
 
 log = logging.getLogger("xfmr")
 
 
 class JobRunner:
-    """Launches one job at a time per calling thread and reads how it ended."""
+    """Launches one job at a time per calling thread and reads how it ended; a line on the
+    console when it starts and one when it ends (the job's own output is in its log)."""
 
     def __init__(self, launcher: Any, config_loader: Any, config: Any, metric: str) -> None:
         self.launcher = launcher
         self.config_loader = config_loader
         self.config = config
         self.metric = metric
+        # The override keys that tell one job from another, shown in its start line (None: all).
+        self.shown_keys: set[str] | None = None
 
     def job_dir(self, num: int, overrides: list[str]) -> Path:
         return job_output_dir(self.config_loader, self.config, overrides, num)
@@ -34,7 +45,9 @@ class JobRunner:
         from hydra.core.utils import JobStatus
 
         job_dir = self.job_dir(num, overrides)
-        log.info("job %d: %s", num, " ".join(overrides))
+        shown = [o for o in overrides if self.shown_keys is None or _key(o) in self.shown_keys]
+        log.info("job %d started: %s", num, " ".join(shown))
+        started = time.monotonic()
         failure = None
         try:
             [ret] = self.launcher.launch([list(overrides)], initial_job_idx=num)
@@ -43,9 +56,26 @@ class JobRunner:
         except Exception as e:  # a launcher that raises for its job (submitit): that job failed
             failure = _one_line(e)
         outcome = outcome_of(num, overrides, job_dir, self.metric, failure)
-        shown = f" ({outcome.reason})" if outcome.reason else ""
-        log.info("job %d %s%s", num, outcome.status, shown)
+        log.info("%s", self.ended_line(outcome, time.monotonic() - started))
         return outcome
+
+    def ended_line(self, outcome: JobOutcome, seconds: float) -> str:
+        """`job 3 completed  val/loss=2.31  12.4 s  log: RUN_DIR/train.log`, with the one-line
+        reason of a job that did not complete."""
+        parts = [f"job {outcome.num} {outcome.status}"]
+        if outcome.value is not None:
+            parts.append(f"{self.metric}={outcome.value:.6g}")
+        if outcome.reason:
+            parts.append(f"({outcome.reason})")
+        parts.append(f"{seconds:.1f} s")
+        log_path = job_log_path(Path(outcome.dir), self.config)
+        if log_path.is_file():
+            parts.append(f"log: {log_path}")
+        return "  ".join(parts)
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0]
 
 
 def _one_line(error: Any) -> str:
@@ -58,6 +88,7 @@ def run_grid(runner: JobRunner, jobs: list[list[str]], workers: int) -> list[Job
     with the same overrides is not run again, so the same command resumes a killed sweep."""
     outcomes: list[JobOutcome] = []
     pending: list[tuple[int, list[str]]] = []
+    runner.shown_keys = varying_keys([{"overrides": o} for o in jobs])
     for num, overrides in enumerate(jobs):
         job_dir = runner.job_dir(num, overrides)
         results = read_results(job_dir)

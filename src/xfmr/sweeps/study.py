@@ -103,6 +103,7 @@ class Search:
         self.settings = settings
         self.params = params
         self.fixed = fixed
+        self.runner.shown_keys = {p.key for p in params}
         self.study = open_study(settings, params)
         self._lock = threading.Lock()
         self._to_start = 0

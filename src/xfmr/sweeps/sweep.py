@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
 from xfmr.run_dir.files import make_writable_dir
-from xfmr.sweeps.jobs import divide_threads
+from xfmr.sweeps.jobs import divide_threads, end_of_jobs
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
 from xfmr.sweeps.search import search_space, storage_spec
@@ -39,10 +39,13 @@ def run_sweep(
     divide_threads(int(sweeper.workers))
     prepare_loggers(config)
     runner = JobRunner(launcher, hydra_context.config_loader, config, metric)
-    if sweeper.sampler:
-        outcomes, extra, kind = _search(sweeper, config, runner, overrides, sweep_dir)
-    else:
-        outcomes, extra, kind = _grid(sweeper, runner, overrides), {}, "grid"
+    try:
+        if sweeper.sampler:
+            outcomes, extra, kind = _search(sweeper, config, runner, overrides, sweep_dir)
+        else:
+            outcomes, extra, kind = _grid(sweeper, runner, overrides), {}, "grid"
+    finally:
+        end_of_jobs()
     summary = summarize(outcomes, kind=kind, metric=metric, direction=direction, extra=extra)
     report(summary, write_summary(sweep_dir, summary))
     if failed_too_often(summary, float(sweeper.max_failure_rate)):
