@@ -49,10 +49,15 @@ def special_tokens(tokenizer: TextTokenizer) -> dict[str, str]:
 
 
 def hf_tokenizer(
-    tokenizer: TextTokenizer, *, template: Template | None, max_length: int | None
+    tokenizer: TextTokenizer,
+    *,
+    template: Template | None,
+    max_length: int | None,
+    segments: bool = False,
 ) -> Any:
     """The `PreTrainedTokenizerFast` of `tokenizer`; `save_pretrained(DIR)` writes
-    tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
+    tokenizer.json and tokenizer_config.json. `segments`: it returns token_type_ids too
+    (BERT's segment ids, which a pair's template sets)."""
     from transformers import PreTrainedTokenizerFast
 
     inner = Tokenizer.from_str(tokenizer.tokenizer.to_str())  # a copy: the run's stays as it is
@@ -64,7 +69,9 @@ def hf_tokenizer(
         )
     else:
         inner.post_processor = None
-    extra = {"model_max_length": max_length} if max_length else {}
+    extra: dict[str, Any] = {"model_max_length": max_length} if max_length else {}
+    if segments:
+        extra["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     return PreTrainedTokenizerFast(
         tokenizer_object=inner,
         clean_up_tokenization_spaces=False,  # decode as the tokenizer's own decoder does

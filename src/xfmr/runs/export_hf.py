@@ -56,6 +56,7 @@ def export_hf(run_dir: str | Path, out: Path, *, checkpoint: str | None = None) 
         run.tokenizer,
         template=TEMPLATES.get(run.objective.name),
         max_length=position_limit(run.model),
+        segments=run.model_config.arch == "encoder",
     )
     if out.is_dir():
         out.rmdir()  # empty: the rename below puts the whole folder in its place
