@@ -77,7 +77,11 @@ def _token_ids(run: LoadedRun) -> dict[str, int | None]:
     decoder's first token as xfmr-generate uses them (none for a causal LM, which only
     max_new_tokens stops)."""
     pad = next(
-        (run.tokenizer.token_to_id(t) for t in ("[PAD]", "<pad>") if run.tokenizer.token_to_id(t) is not None),
+        (
+            run.tokenizer.token_to_id(t)
+            for t in ("[PAD]", "<pad>")
+            if run.tokenizer.token_to_id(t) is not None
+        ),
         None,
     )
     ids: dict[str, int | None] = {"pad_token_id": pad}
@@ -123,7 +127,8 @@ def model_card(run: LoadedRun, family: Family, out: Path) -> str:
     results = _results(run.files.run_dir)
     config, model = run.config, run.model_config
     overrides = [o for o in results.get("overrides", []) if not o.startswith("hydra.")]
-    metrics = results.get("metrics") or {}
+    # The model's metrics (val/loss, val/acc, ...), not the machine's (tok/s, mfu).
+    metrics = {k: v for k, v in (results.get("metrics") or {}).items() if "/" in k and k != "tok/s"}
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())) or "| - | - |"
     auto = family.auto_class
     pipeline = f"pipeline_tag: {family.pipeline}\n" if family.pipeline else ""
