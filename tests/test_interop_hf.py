@@ -261,7 +261,7 @@ def test_load_into_refuses_the_wrong_model_class(tmp_path) -> None:
     """A BERT checkpoint's MLM transform and pooler have no place in an EncoderLM."""
     hf_model = _bert()
     hf_model.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="loads into EncoderPretraining, not EncoderLM"):
+    with pytest.raises(ValueError, match="loads into .*EncoderPretraining.*, not EncoderLM"):
         interop.load_into(EncoderLM(interop.config_from_hf(hf_model.config)), tmp_path)
 
 
@@ -302,7 +302,8 @@ def test_load_pretrained_needs_a_checkpoint_directory(tmp_path) -> None:
             lambda: transformers.T5Config(feed_forward_proj="gated-relu"),
             "feed_forward_proj='gated-relu'",
         ),
-        (lambda: transformers.LlamaConfig(), "model_type='llama'"),
+        (lambda: transformers.LlamaConfig(num_key_value_heads=8), "num_key_value_heads=8"),
+        (lambda: transformers.BartConfig(), "model_type='bart'"),
     ],
 )
 def test_config_from_hf_refuses_unsupported_settings(build, field: str) -> None:
@@ -327,15 +328,17 @@ def test_from_hf_lists_an_hf_weight_it_did_not_map() -> None:
 
 
 def test_from_hf_lists_an_xfmr_weight_left_without_a_value(monkeypatch) -> None:
-    family = hf_families.FAMILIES["gpt2"]
+    family = hf_families.FAMILIES["GPT2LMHeadModel"]
 
-    def without_final_norm(hf, config):
-        weights = family.weights(hf, config)
-        hf.taken -= {"transformer.ln_f.weight"}  # so the HF side reports it too
-        return {name: w for name, w in weights.items() if name != "backbone.final_norm.weight"}
+    def without_final_norm(config):
+        table = family.table(config)
+        table.links = [link for link in table.links if link.ours != "backbone.final_norm.weight"]
+        return table
 
     monkeypatch.setitem(
-        hf_families.FAMILIES, "gpt2", dataclasses.replace(family, weights=without_final_norm)
+        hf_families.FAMILIES,
+        "GPT2LMHeadModel",
+        dataclasses.replace(family, table=without_final_norm),
     )
     with pytest.raises(ValueError) as info:
         interop.from_hf(_gpt2())

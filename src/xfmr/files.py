@@ -46,6 +46,30 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     _fsync_dir(target.parent)
 
 
+@contextmanager
+def atomic_dir(target: str | Path) -> Iterator[Path]:
+    """Yields a temporary folder beside `target` to fill; when the block ends without an error
+    it is renamed to `target` (which must not exist), else removed: a reader never sees a
+    folder half written, nor one that looks complete after a kill."""
+    import shutil
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temporary.mkdir()
+    try:
+        yield temporary
+        for path in temporary.iterdir():
+            _fsync(path)
+        os.rename(temporary, target)
+    except BaseException as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+            raise DiskFull(disk_full_message(target)) from None
+        raise
+    _fsync_dir(target.parent)
+
+
 def disk_full_message(target: Path) -> str:
     kept = f"the previous {target.name} is intact" if target.exists() else "nothing was written"
     return f"no space left on the device to write {target}: {kept}; free space and run again"

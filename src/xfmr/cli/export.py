@@ -1,5 +1,5 @@
 """`xfmr-export`: a run's model weights as a .safetensors file (with its tokenizer.json beside
-it) for sharing, e.g. with Hugging Face users.
+it), or (format=hf) as a folder Hugging Face transformers loads without xfmr.
 
 Arguments and the run directory are checked before torch loads.
 """
@@ -14,14 +14,18 @@ from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import UserError
 from xfmr.run_dir.files import EXPORT_FILE, locate_run
 
+FORMATS = ("safetensors", "hf")
+HF_FOLDER = "hf"  # format=hf's folder inside the run when no `out` is given
+
 PROG = "xfmr-export"
 ENTRY = EntryPoint(
     prog=PROG,
     config_name="export",
-    summary="write a run's model weights as a .safetensors file, its tokenizer.json beside it.",
+    summary="write a run's model as a .safetensors file, or as a Hugging Face folder (format=hf).",
     examples=(
         "xfmr-export run_dir=RUN                     RUN/model.safetensors from the best checkpoint",
         "xfmr-export run_dir=RUN checkpoint=averaged out=share/model.safetensors",
+        "xfmr-export run_dir=RUN format=hf out=share/my-model   a folder transformers loads",
         "xfmr-train init_from=RUN/model.safetensors ...   then start a new run from it",
     ),
 )
@@ -30,7 +34,11 @@ ENTRY = EntryPoint(
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
     try:
+        if cfg.format not in FORMATS:
+            raise UserError(f"format={cfg.format!r} is not one of {list(FORMATS)}")
         files = locate_run(cfg.run_dir, cfg.checkpoint)
+        if cfg.format == "hf":
+            return _export_hf(cfg, files)
         out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / EXPORT_FILE
         from xfmr.runs.export import export_run
 
@@ -40,6 +48,15 @@ def main() -> None:
     tied = ", ".join(f"{a} -> {b}" for a, b in result["tied"].items()) or "none"
     print(f"exported {result['tensors']} tensors of {files.checkpoint} (tied: {tied})")
     print(f"wrote {result['out']} (tokenizer: {result['tokenizer']})")
+
+
+def _export_hf(cfg, files) -> None:
+    out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / HF_FOLDER
+    from xfmr.runs.export_hf import export_hf
+
+    result = export_hf(files.run_dir, out, checkpoint=str(files.checkpoint))
+    print(f"exported {result['checkpoint']} as {result['hf_class']}")
+    print(f"wrote {result['out']}: {', '.join(result['files'])}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""Hugging Face configs -> xfmr ModelConfigs, one function per family (GPT-2, BERT, T5).
+"""Hugging Face configs <-> xfmr ModelConfigs, two functions per family (GPT-2, Llama, BERT,
+T5): `<family>_config` reads an HF config, `<family>_hf_config` writes one, side by side so a
+field's name and meaning are stated in one place.
 
-A setting xfmr cannot reproduce is refused with a ValueError naming the HF field and its value.
+A setting xfmr cannot reproduce is refused with a ValueError naming the HF field and its value;
+which xfmr settings each family represents is `xfmr.interop.hf_families`' business.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ T5_FEED_FORWARD = {
     "gated-gelu": "geglu_tanh",
     "gated-gelu_new": "geglu_tanh",
     "gated-silu": "swiglu",
+    "gated-gelu_python": "geglu",  # HF rewrites "gated-gelu" to the tanh form; this is exact
 }
+# Llama's MLP is always gated: act(gate_proj x) * up_proj x.
+LLAMA_ACTIVATIONS = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}
+
+
+def _written(table: dict[str, str], activation: str) -> str:
+    """The HF name of xfmr `activation` in `table` (the first that reads back as it)."""
+    return next(name for name, ours in table.items() if ours == activation)
 
 
 def _require(hf_config: Any, field: str, expected: Any, why: str) -> None:
@@ -140,4 +151,129 @@ def t5_config(hf: Any) -> ModelConfig:
             num_buckets=hf.relative_attention_num_buckets,
             max_distance=hf.relative_attention_max_distance,
         ),
+    )
+
+
+def gpt2_hf_config(config: ModelConfig) -> dict[str, Any]:
+    return dict(
+        vocab_size=config.vocab_size,
+        n_positions=config.pos.max_positions,
+        n_embd=config.d_model,
+        n_layer=config.n_layers,
+        n_head=config.n_heads,
+        n_inner=config.d_ff,
+        activation_function=_written(HF_ACTIVATIONS, config.activation),
+        resid_pdrop=config.dropout,
+        embd_pdrop=config.dropout,
+        attn_pdrop=config.attn_dropout,
+        layer_norm_epsilon=config.norm_eps,
+        initializer_range=config.init_std,
+        scale_attn_weights=config.attn_scale,
+        tie_word_embeddings=config.tie_embeddings,
+    )
+
+
+def llama_config(hf: Any) -> ModelConfig:
+    _require(
+        hf,
+        "num_key_value_heads",
+        hf.num_attention_heads,
+        "xfmr's attention has one KV head per query head",
+    )
+    _require(
+        hf,
+        "head_dim",
+        hf.hidden_size // hf.num_attention_heads,
+        "xfmr's head dim is d_model / n_heads",
+    )
+    _require(hf, "mlp_bias", hf.attention_bias, "xfmr has one `bias` for attention and the FFN")
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(
+            f"llama rope_parameters.rope_type={rope['rope_type']!r} is not supported: xfmr's "
+            "rotary positions are the unscaled 'default'"
+        )
+    return ModelConfig(
+        vocab_size=hf.vocab_size,
+        arch="decoder",
+        n_layers=hf.num_hidden_layers,
+        n_heads=hf.num_attention_heads,
+        d_model=hf.hidden_size,
+        d_ff=hf.intermediate_size,
+        dropout=0.0,  # Llama drops out only attention weights
+        attn_dropout=hf.attention_dropout,
+        activation=_activation(hf, "hidden_act", LLAMA_ACTIVATIONS),
+        norm="rmsnorm",
+        norm_eps=hf.rms_norm_eps,
+        placement="pre",
+        bias=hf.attention_bias,
+        tie_embeddings=hf.tie_word_embeddings,
+        init_std=hf.initializer_range,
+        pos=PosConfig(
+            name="rotary",
+            max_positions=hf.max_position_embeddings,
+            rotary_base=float(rope.get("rope_theta", 10000.0)),
+        ),
+    )
+
+
+def llama_hf_config(config: ModelConfig) -> dict[str, Any]:
+    return dict(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_heads,
+        head_dim=config.head_dim,
+        hidden_act=_written(LLAMA_ACTIVATIONS, config.activation),
+        max_position_embeddings=config.pos.max_positions or 8192,  # rotary has no table limit
+        rms_norm_eps=config.norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": config.pos.rotary_base},
+        attention_bias=config.bias,
+        mlp_bias=config.bias,
+        attention_dropout=config.attn_dropout,
+        initializer_range=config.init_std,
+        tie_word_embeddings=config.tie_embeddings,
+    )
+
+
+def bert_hf_config(config: ModelConfig) -> dict[str, Any]:
+    """Segment embeddings: at least one (BERT always adds segment 0's, zeros for a model
+    without them)."""
+    return dict(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        intermediate_size=config.d_ff,
+        hidden_act=_written(HF_ACTIVATIONS, config.activation),
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.attn_dropout,
+        classifier_dropout=config.dropout,
+        max_position_embeddings=config.pos.max_positions,
+        type_vocab_size=max(1, config.type_vocab_size),
+        layer_norm_eps=config.norm_eps,
+        initializer_range=config.init_std,
+        tie_word_embeddings=True,
+    )
+
+
+def t5_hf_config(config: ModelConfig) -> dict[str, Any]:
+    """v1 (tied, scaled output) or v1.1 (neither): `tie_word_embeddings` says which."""
+    return dict(
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        d_kv=config.head_dim,
+        d_ff=config.d_ff,
+        num_layers=config.n_layers,
+        num_decoder_layers=config.n_decoder_layers,
+        num_heads=config.n_heads,
+        relative_attention_num_buckets=config.pos.num_buckets,
+        relative_attention_max_distance=config.pos.max_distance,
+        dropout_rate=config.dropout,
+        layer_norm_epsilon=config.norm_eps,
+        feed_forward_proj=_written(T5_FEED_FORWARD, config.activation),
+        initializer_factor=1.0,
+        tie_word_embeddings=config.tie_embeddings,
     )

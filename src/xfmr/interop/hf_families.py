@@ -1,72 +1,277 @@
-"""The model families xfmr maps from Hugging Face, by HF `model_type`."""
+"""The model families xfmr maps to and from Hugging Face, one per HF class.
+
+A family names the HF class, the transformers Auto class that loads it, the xfmr model it is,
+its config functions (both ways, `hf_configs`), its weight table (`hf_weights`), and `needs`:
+the xfmr settings it represents exactly. A model whose settings no family represents is refused
+by `unexportable`, which names what differs and the nearest settings that would export.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from xfmr.interop.hf_configs import bert_config, gpt2_config, t5_config
-from xfmr.interop.hf_weights import Source, Weights, bert_weights, gpt2_weights, t5_weights
+from xfmr.interop import hf_configs as configs
+from xfmr.interop.hf_weights import Table, bert_table, gpt2_table, llama_table, t5_table
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder_decoder import EncoderDecoder
-from xfmr.nn.heads import EncoderPretraining
+from xfmr.nn.heads import (
+    EncoderMaskedLM,
+    EncoderNextSentence,
+    EncoderPretraining,
+    SequenceClassification,
+    SpanExtraction,
+    TokenClassification,
+)
 from xfmr.nn.models import CausalLM
+
+_PLAIN = ("gelu", "gelu_tanh", "relu")  # BERT's and GPT-2's `hidden_act` / `activation_function`
+_ABSOLUTE = {"attn_scale": (True,), "embed_scale": (False,)}
+GPT2_NEEDS = {
+    "pos.name": ("learned",),
+    "norm": ("layernorm",),
+    "placement": ("pre",),
+    "activation": _PLAIN,
+    "embed_norm": (False,),
+    **_ABSOLUTE,
+}
+LLAMA_NEEDS = {
+    "pos.name": ("rotary",),
+    "norm": ("rmsnorm",),
+    "placement": ("pre",),
+    "activation": tuple(configs.LLAMA_ACTIVATIONS.values()),
+    "embed_norm": (False,),
+    **_ABSOLUTE,
+}
+BERT_NEEDS = {
+    "pos.name": ("learned",),
+    "norm": ("layernorm",),
+    "placement": ("post",),
+    "activation": _PLAIN,
+    "embed_norm": (True,),
+    **_ABSOLUTE,
+}
+BERT_LM_NEEDS = {**BERT_NEEDS, "tie_embeddings": (True,)}  # BERT's MLM decoder is the embedding
+T5_NEEDS = {
+    "pos.name": ("relative",),
+    "norm": ("rmsnorm",),
+    "placement": ("pre",),
+    "activation": tuple(sorted(set(configs.T5_FEED_FORWARD.values()))),
+    "bias": (False,),
+    "attn_scale": (False,),
+    "embed_norm": (False,),
+    "embed_scale": (False,),
+    "share_embeddings": (True,),
+    "type_vocab_size": (0,),
+    # T5 v1 ties the head and scales the output; v1.1 does neither (transformers reads both
+    # from `tie_word_embeddings`).
+    "scale_logits": ("model.tie_embeddings",),
+}
 
 
 @dataclass(frozen=True)
 class Family:
-    """One supported model family: the HF class `from_hf` takes, the transformers Auto class that
-    loads it from disk, the xfmr model it becomes, and its config and weight mappings."""
+    """One HF class xfmr maps, both ways.
+
+    Args:
+        hf_class: the transformers class, e.g. "GPT2LMHeadModel".
+        auto_class: the transformers Auto class that loads it from a folder.
+        model: the xfmr model class it is.
+        config: HF config -> ModelConfig (import).
+        hf_config: ModelConfig -> HF config fields (export).
+        table: ModelConfig -> the weight table, read both ways.
+        needs: setting -> the values of it this class represents exactly; "model.X" means
+            "equal to the model's X".
+        pipeline: the transformers pipeline task that runs it, if any.
+        build: ModelConfig and HF config -> the xfmr model (None: `model(config)`).
+    """
 
     hf_class: str
     auto_class: str
     model: type[nn.Module]
     config: Callable[[Any], ModelConfig]
-    weights: Callable[[Source, ModelConfig], Weights]
+    hf_config: Callable[[ModelConfig], dict[str, Any]]
+    table: Callable[[ModelConfig], Table]
+    needs: dict[str, tuple] = field(default_factory=dict)
+    pipeline: str | None = None
+    build: Callable[[ModelConfig, Any], nn.Module] | None = None
+
+    def new_model(self, config: ModelConfig, hf_config: Any) -> nn.Module:
+        return self.build(config, hf_config) if self.build else self.model(config)
+
+    def differences(self, config: ModelConfig) -> list[str]:
+        """`key=value` of each setting of `config` that this class cannot represent."""
+        found = []
+        for key, allowed in self.needs.items():
+            value = _setting(config, key)
+            allowed = tuple(_setting(config, a[6:]) if _is_ref(a) else a for a in allowed)
+            if value not in allowed:
+                found.append(f"{key}={value!r}")
+        return found
+
+    def nearest(self, config: ModelConfig) -> str:
+        """The settings that would make `config` export as this class."""
+        changes = []
+        for key, allowed in self.needs.items():
+            value = _setting(config, key)
+            allowed = tuple(_setting(config, a[6:]) if _is_ref(a) else a for a in allowed)
+            if value not in allowed:
+                shown = allowed[0] if len(allowed) == 1 else "|".join(map(str, allowed))
+                changes.append(f"{_override(key)}={_yaml(shown)}")
+        return " ".join(changes)
 
 
-# HF `model_type` -> family.
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("model.")
+
+
+def _setting(config: ModelConfig, key: str) -> Any:
+    return getattr(config.pos, key[4:]) if key.startswith("pos.") else getattr(config, key)
+
+
+def _override(key: str) -> str:
+    """The command-line key that sets `key`: positions are a config group (pos=rotary)."""
+    return "pos" if key == "pos.name" else key if key.startswith("pos.") else f"model.{key}"
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bert(head: str) -> Callable[[ModelConfig], Table]:
+    return lambda config: bert_table(config, head)
+
+
+def _labels(hf_config: Any) -> int:
+    return int(hf_config.num_labels)
+
+
+BERT_CLASSES = {
+    "BertForPreTraining": ("AutoModelForPreTraining", EncoderPretraining, "pretraining", None),
+    "BertForMaskedLM": ("AutoModelForMaskedLM", EncoderMaskedLM, "masked_lm", "fill-mask"),
+    "BertForNextSentencePrediction": (
+        "AutoModelForNextSentencePrediction",
+        EncoderNextSentence,
+        "next_sentence",
+        None,
+    ),
+    "BertForSequenceClassification": (
+        "AutoModelForSequenceClassification",
+        SequenceClassification,
+        "classification",
+        "text-classification",
+    ),
+    "BertForTokenClassification": (
+        "AutoModelForTokenClassification",
+        TokenClassification,
+        "tagging",
+        "token-classification",
+    ),
+    "BertForQuestionAnswering": (
+        "AutoModelForQuestionAnswering",
+        SpanExtraction,
+        "qa",
+        "question-answering",
+    ),
+}
+_BERT_BUILDS: dict[str, Callable[[ModelConfig, Any], nn.Module]] = {
+    "classification": lambda c, hf: SequenceClassification(c, n_classes=_labels(hf)),
+    "tagging": lambda c, hf: TokenClassification(c, n_labels=_labels(hf)),
+}
+
+# HF class (a checkpoint's `architectures[0]`) -> family.
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family(
-        hf_class="GPT2LMHeadModel",
-        auto_class="AutoModelForCausalLM",
-        model=CausalLM,
-        config=gpt2_config,
-        weights=gpt2_weights,
+    "GPT2LMHeadModel": Family(
+        "GPT2LMHeadModel",
+        "AutoModelForCausalLM",
+        CausalLM,
+        configs.gpt2_config,
+        configs.gpt2_hf_config,
+        gpt2_table,
+        GPT2_NEEDS,
+        "text-generation",
     ),
-    "bert": Family(
-        hf_class="BertForPreTraining",
-        auto_class="AutoModelForPreTraining",
-        model=EncoderPretraining,
-        config=bert_config,
-        weights=bert_weights,
+    "LlamaForCausalLM": Family(
+        "LlamaForCausalLM",
+        "AutoModelForCausalLM",
+        CausalLM,
+        configs.llama_config,
+        configs.llama_hf_config,
+        llama_table,
+        LLAMA_NEEDS,
+        "text-generation",
     ),
-    "t5": Family(
-        hf_class="T5ForConditionalGeneration",
-        auto_class="AutoModelForSeq2SeqLM",
-        model=EncoderDecoder,
-        config=t5_config,
-        weights=t5_weights,
+    **{
+        hf_class: Family(
+            hf_class,
+            auto_class,
+            model,
+            configs.bert_config,
+            configs.bert_hf_config,
+            _bert(head),
+            BERT_LM_NEEDS if head in ("pretraining", "masked_lm") else BERT_NEEDS,
+            pipeline,
+            _BERT_BUILDS.get(head),
+        )
+        for hf_class, (auto_class, model, head, pipeline) in BERT_CLASSES.items()
+    },
+    "T5ForConditionalGeneration": Family(
+        "T5ForConditionalGeneration",
+        "AutoModelForSeq2SeqLM",
+        EncoderDecoder,
+        configs.t5_config,
+        configs.t5_hf_config,
+        t5_table,
+        T5_NEEDS,
+        "text2text-generation",
     ),
+}
+# HF `model_type` -> the class a checkpoint of that type loads as when it names none of ours.
+DEFAULT_CLASSES = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "bert": "BertForPreTraining",
+    "t5": "T5ForConditionalGeneration",
 }
 
 
 def family_for(model_type: str) -> Family:
-    """The family of HF `model_type`; one xfmr does not map is a ValueError listing those it does."""
-    if model_type not in FAMILIES:
+    """The default family of HF `model_type`; one xfmr does not map is a ValueError listing
+    those it does."""
+    if model_type not in DEFAULT_CLASSES:
         raise ValueError(
-            f"model_type={model_type!r} is not supported: xfmr maps {sorted(FAMILIES)}"
+            f"model_type={model_type!r} is not supported: xfmr maps {sorted(DEFAULT_CLASSES)}"
         )
-    return FAMILIES[model_type]
+    return FAMILIES[DEFAULT_CLASSES[model_type]]
+
+
+def family_of_config(hf_config: Any) -> Family:
+    """The family of a checkpoint's config: the class it names, if xfmr maps it, else its
+    model_type's default."""
+    named = (getattr(hf_config, "architectures", None) or [None])[0]
+    family = FAMILIES.get(named)
+    if family is not None and DEFAULT_CLASSES.get(hf_config.model_type) in _same_type(family):
+        return family
+    return family_for(hf_config.model_type)
+
+
+def _same_type(family: Family) -> list[str]:
+    """The default classes of the model_type `family` belongs to."""
+    return [c for c in DEFAULT_CLASSES.values() if FAMILIES[c].config is family.config]
 
 
 def family_of(hf_model: nn.Module) -> Family:
-    """The family of an HF model object, which must be of that family's `hf_class`."""
-    family = family_for(hf_model.config.model_type)
-    if type(hf_model).__name__ != family.hf_class:
-        supported = [f.hf_class for f in FAMILIES.values()]
-        raise ValueError(f"from_hf takes one of {supported}, got {type(hf_model).__name__}")
+    """The family of an HF model object, which must be of a class xfmr maps."""
+    family = FAMILIES.get(type(hf_model).__name__)
+    if family is None:
+        family_for(hf_model.config.model_type)  # an unknown model_type says so first
+        raise ValueError(f"from_hf takes one of {sorted(FAMILIES)}, got {type(hf_model).__name__}")
     return family
+
+
+def families_of_model(model: nn.Module) -> list[Family]:
+    """The families whose xfmr class `model` is (CausalLM: GPT-2 and Llama)."""
+    return [f for f in FAMILIES.values() if type(model) is f.model]

@@ -1,10 +1,11 @@
-"""Hugging Face state dicts -> xfmr state dicts, one function per family writing the mapping out
-name by name, and the copy of a mapped state dict into a model. `Source` records which HF
-tensors a mapping took, so a weight left over on either side is an error that lists it."""
+"""Hugging Face state dicts <-> xfmr state dicts: one `Table` per family writes the mapping out
+name by name, and reads both ways (`read_table` imports, `write_table` exports), so a name or a
+transpose is stated once. `Source` records which HF tensors an import took, so a weight left
+over on either side is an error that lists it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -41,143 +42,244 @@ class Source:
         return sorted(set(self.state) - self.taken)
 
 
-def _weight_and_bias(hf: Source, ours: str, theirs: str) -> Weights:
-    return {f"{ours}.weight": hf(f"{theirs}.weight"), f"{ours}.bias": hf(f"{theirs}.bias")}
+@dataclass(frozen=True)
+class Link:
+    """One xfmr tensor and the Hugging Face tensor(s) it is. Several HF names are stacked along
+    dim 0 in that order (a fused [q | k | v]); `transpose` for GPT-2's Conv1D, stored (in, out)."""
+
+    ours: str
+    theirs: tuple[str, ...]
+    transpose: bool = False
 
 
-def gpt2_weights(hf: Source, config: ModelConfig) -> Weights:
-    weights = {
-        "backbone.tok_emb.weight": hf("transformer.wte.weight"),
-        "backbone.pos.embedding.weight": hf("transformer.wpe.weight"),
-        **_weight_and_bias(hf, "backbone.final_norm", "transformer.ln_f"),
-        "lm_head.weight": hf("lm_head.weight"),
-    }
-    for i in range(config.n_layers):
-        ours, theirs = f"backbone.blocks.{i}", f"transformer.h.{i}"
-        # GPT-2's Conv1D stores (in, out); nn.Linear wants (out, in). c_attn's outputs are
-        # [q | k | v], the order our fused qkv splits in.
-        weights |= {
-            **_weight_and_bias(hf, f"{ours}.attn_norm", f"{theirs}.ln_1"),
-            f"{ours}.attn.qkv.weight": hf(f"{theirs}.attn.c_attn.weight").t(),
-            f"{ours}.attn.qkv.bias": hf(f"{theirs}.attn.c_attn.bias"),
-            f"{ours}.attn.out.weight": hf(f"{theirs}.attn.c_proj.weight").t(),
-            f"{ours}.attn.out.bias": hf(f"{theirs}.attn.c_proj.bias"),
-            **_weight_and_bias(hf, f"{ours}.ffn_norm", f"{theirs}.ln_2"),
-            f"{ours}.ffn.up.weight": hf(f"{theirs}.mlp.c_fc.weight").t(),
-            f"{ours}.ffn.up.bias": hf(f"{theirs}.mlp.c_fc.bias"),
-            f"{ours}.ffn.down.weight": hf(f"{theirs}.mlp.c_proj.weight").t(),
-            f"{ours}.ffn.down.bias": hf(f"{theirs}.mlp.c_proj.bias"),
-        }
+@dataclass
+class Table:
+    """A family's state-dict mapping, read both ways: `links` pair xfmr and HF names, `aliases`
+    are second HF names of one tensor (a tie: name -> the name it repeats), and `zeros` are HF
+    tensors xfmr does not have (a bias the model was built without), written as zeros."""
+
+    links: list[Link] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    zeros: list[str] = field(default_factory=list)
+
+    def link(self, ours: str, *theirs: str, transpose: bool = False) -> None:
+        self.links.append(Link(ours, theirs, transpose))
+
+    def weight_and_bias(self, ours: str, theirs: str, *, bias: bool = True) -> None:
+        """`ours.weight` is `theirs.weight`; the biases likewise, or zeros on HF's side."""
+        self.link(f"{ours}.weight", f"{theirs}.weight")
+        if bias:
+            self.link(f"{ours}.bias", f"{theirs}.bias")
+        else:
+            self.zeros.append(f"{theirs}.bias")
+
+    def fused(self, ours: str, theirs: list[str], *, bias: bool = True) -> None:
+        """`ours` (weight, bias) stacks the Linear layers `theirs` along the output dim."""
+        self.link(f"{ours}.weight", *(f"{name}.weight" for name in theirs))
+        if bias:
+            self.link(f"{ours}.bias", *(f"{name}.bias" for name in theirs))
+        else:
+            self.zeros += [f"{name}.bias" for name in theirs]
+
+
+def read_table(table: Table, hf: Source, *, partial: bool = False) -> Weights:
+    """HF -> xfmr: each link's tensor from `hf`. `partial`: links whose HF tensors the
+    checkpoint lacks are left out (a head it does not have) instead of refused."""
+    weights = {}
+    for link in table.links:
+        if partial and not all(name in hf.state for name in link.theirs):
+            continue
+        tensor = hf(link.theirs[0]) if len(link.theirs) == 1 else hf.cat(*link.theirs)
+        weights[link.ours] = tensor.t() if link.transpose else tensor
+    for name, of in table.aliases.items():
+        if not partial or (name in hf.state and of in hf.state):
+            hf.alias(name, of=of)
     return weights
 
 
-def bert_weights(hf: Source, config: ModelConfig) -> Weights:
-    weights = {
-        "backbone.tok_emb.weight": hf("bert.embeddings.word_embeddings.weight"),
-        "backbone.type_emb.weight": hf("bert.embeddings.token_type_embeddings.weight"),
-        "backbone.pos.embedding.weight": hf("bert.embeddings.position_embeddings.weight"),
-        **_weight_and_bias(hf, "backbone.embed_norm", "bert.embeddings.LayerNorm"),
-        **_weight_and_bias(hf, "mlm.dense", "cls.predictions.transform.dense"),
-        **_weight_and_bias(hf, "mlm.norm", "cls.predictions.transform.LayerNorm"),
-        "mlm.decoder.weight": hf("cls.predictions.decoder.weight"),
-        "mlm.bias": hf("cls.predictions.bias"),
-        **_weight_and_bias(hf, "pooler.dense", "bert.pooler.dense"),
-        **_weight_and_bias(hf, "nsp.proj", "cls.seq_relationship"),
-    }
-    hf.alias("cls.predictions.decoder.bias", of="cls.predictions.bias")
+def write_table(table: Table, weights: Weights) -> Weights:
+    """xfmr -> HF: the state dict a Hugging Face model of the family loads, zeros aside (their
+    shapes are the HF model's: `xfmr.interop.hf_export` fills them)."""
+    hf: Weights = {}
+    for link in table.links:
+        tensor = weights[link.ours]
+        tensor = tensor.t() if link.transpose else tensor
+        for name, part in zip(link.theirs, tensor.chunk(len(link.theirs), dim=0), strict=True):
+            hf[name] = part.contiguous()
+    for name, of in table.aliases.items():
+        hf[name] = hf[of]
+    return hf
+
+
+def gpt2_table(config: ModelConfig) -> Table:
+    bias = config.bias  # GPT-2 always has biases: a model without them writes zeros
+    table = Table()
+    table.link("backbone.tok_emb.weight", "transformer.wte.weight")
+    table.link("backbone.pos.embedding.weight", "transformer.wpe.weight")
+    table.weight_and_bias("backbone.final_norm", "transformer.ln_f", bias=bias)
+    table.link("lm_head.weight", "lm_head.weight")
+    for i in range(config.n_layers):
+        ours, theirs = f"backbone.blocks.{i}", f"transformer.h.{i}"
+        table.weight_and_bias(f"{ours}.attn_norm", f"{theirs}.ln_1", bias=bias)
+        table.weight_and_bias(f"{ours}.ffn_norm", f"{theirs}.ln_2", bias=bias)
+        # GPT-2's Conv1D stores (in, out); nn.Linear wants (out, in). c_attn's outputs are
+        # [q | k | v], the order our fused qkv splits in.
+        for ours_name, conv in [
+            ("attn.qkv", "attn.c_attn"),
+            ("attn.out", "attn.c_proj"),
+            ("ffn.up", "mlp.c_fc"),
+            ("ffn.down", "mlp.c_proj"),
+        ]:
+            table.link(f"{ours}.{ours_name}.weight", f"{theirs}.{conv}.weight", transpose=True)
+            if bias:
+                table.link(f"{ours}.{ours_name}.bias", f"{theirs}.{conv}.bias")
+            else:
+                table.zeros.append(f"{theirs}.{conv}.bias")
+    return table
+
+
+def llama_table(config: ModelConfig) -> Table:
+    """LlamaForCausalLM: RMSNorm (no bias), rotary (half-split, as xfmr's), gated FFN with
+    `up` = [gate_proj | up_proj]; `attention_bias` and `mlp_bias` follow `config.bias`."""
+    bias = config.bias
+    table = Table()
+    table.link("backbone.tok_emb.weight", "model.embed_tokens.weight")
+    table.link("backbone.final_norm.weight", "model.norm.weight")
+    table.link("lm_head.weight", "lm_head.weight")
+    for i in range(config.n_layers):
+        ours, theirs = f"backbone.blocks.{i}", f"model.layers.{i}"
+        table.link(f"{ours}.attn_norm.weight", f"{theirs}.input_layernorm.weight")
+        table.link(f"{ours}.ffn_norm.weight", f"{theirs}.post_attention_layernorm.weight")
+        attention = [f"{theirs}.self_attn.{name}_proj" for name in ("q", "k", "v")]
+        mlp = f"{theirs}.mlp"
+        if bias:
+            table.fused(f"{ours}.attn.qkv", attention)
+            table.weight_and_bias(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj")
+            table.fused(f"{ours}.ffn.up", [f"{mlp}.gate_proj", f"{mlp}.up_proj"])
+            table.weight_and_bias(f"{ours}.ffn.down", f"{mlp}.down_proj")
+        else:
+            table.link(f"{ours}.attn.qkv.weight", *(f"{name}.weight" for name in attention))
+            table.link(f"{ours}.attn.out.weight", f"{theirs}.self_attn.o_proj.weight")
+            table.link(f"{ours}.ffn.up.weight", f"{mlp}.gate_proj.weight", f"{mlp}.up_proj.weight")
+            table.link(f"{ours}.ffn.down.weight", f"{mlp}.down_proj.weight")
+    return table
+
+
+# BERT's heads: the xfmr head module -> the HF prefix, per task class.
+BERT_HEADS = ("pretraining", "masked_lm", "next_sentence", "classification", "tagging", "qa")
+# Which BERT heads put BERT's pooler (`bert.pooler`) on the encoder.
+_POOLED = ("pretraining", "next_sentence", "classification")
+
+
+def bert_table(config: ModelConfig, head: str = "pretraining") -> Table:
+    """BertFor<head>: the encoder under `bert.`, then the head. BERT's Linear layers and
+    LayerNorms always have biases (zeros for a model built without); a model without segment
+    embeddings writes one all-zero segment."""
+    bias = config.bias
+    table = Table()
+    embeddings = "bert.embeddings"
+    table.link("backbone.tok_emb.weight", f"{embeddings}.word_embeddings.weight")
+    if config.type_vocab_size:
+        table.link("backbone.type_emb.weight", f"{embeddings}.token_type_embeddings.weight")
+    else:
+        table.zeros.append(f"{embeddings}.token_type_embeddings.weight")
+    table.link("backbone.pos.embedding.weight", f"{embeddings}.position_embeddings.weight")
+    table.weight_and_bias("backbone.embed_norm", f"{embeddings}.LayerNorm", bias=bias)
     for i in range(config.n_layers):
         ours, theirs = f"backbone.blocks.{i}", f"bert.encoder.layer.{i}"
         attention = f"{theirs}.attention"
+        table.fused(
+            f"{ours}.attn.qkv",
+            [f"{attention}.self.{name}" for name in ("query", "key", "value")],
+            bias=bias,
+        )
+        table.weight_and_bias(f"{ours}.attn.out", f"{attention}.output.dense", bias=bias)
         # Post-LN: the LayerNorm after attention is our attn_norm, the one after the FFN ffn_norm.
-        weights |= {
-            f"{ours}.attn.qkv.weight": hf.cat(
-                *(f"{attention}.self.{name}.weight" for name in ("query", "key", "value"))
-            ),
-            f"{ours}.attn.qkv.bias": hf.cat(
-                *(f"{attention}.self.{name}.bias" for name in ("query", "key", "value"))
-            ),
-            **_weight_and_bias(hf, f"{ours}.attn.out", f"{attention}.output.dense"),
-            **_weight_and_bias(hf, f"{ours}.attn_norm", f"{attention}.output.LayerNorm"),
-            **_weight_and_bias(hf, f"{ours}.ffn.up", f"{theirs}.intermediate.dense"),
-            **_weight_and_bias(hf, f"{ours}.ffn.down", f"{theirs}.output.dense"),
-            **_weight_and_bias(hf, f"{ours}.ffn_norm", f"{theirs}.output.LayerNorm"),
-        }
-    return weights
+        table.weight_and_bias(f"{ours}.attn_norm", f"{attention}.output.LayerNorm", bias=bias)
+        table.weight_and_bias(f"{ours}.ffn.up", f"{theirs}.intermediate.dense", bias=bias)
+        table.weight_and_bias(f"{ours}.ffn.down", f"{theirs}.output.dense", bias=bias)
+        table.weight_and_bias(f"{ours}.ffn_norm", f"{theirs}.output.LayerNorm", bias=bias)
+    if head in _POOLED:
+        table.weight_and_bias("pooler.dense", "bert.pooler.dense", bias=bias)
+    _bert_head(table, head, bias=bias)
+    return table
 
 
-def _t5_self_attention(hf: Source, ours: str, theirs: str) -> Weights:
+def _bert_head(table: Table, head: str, *, bias: bool) -> None:
+    if head in ("pretraining", "masked_lm"):
+        predictions = "cls.predictions"
+        table.weight_and_bias("mlm.dense", f"{predictions}.transform.dense", bias=bias)
+        table.weight_and_bias("mlm.norm", f"{predictions}.transform.LayerNorm", bias=bias)
+        table.link("mlm.decoder.weight", f"{predictions}.decoder.weight")
+        table.link("mlm.bias", f"{predictions}.bias")
+        table.aliases[f"{predictions}.decoder.bias"] = f"{predictions}.bias"
+    if head in ("pretraining", "next_sentence"):
+        table.weight_and_bias("nsp.proj", "cls.seq_relationship")
+    if head == "classification":
+        table.weight_and_bias("classifier.proj", "classifier")
+    if head == "tagging":
+        table.weight_and_bias("classifier", "classifier")
+    if head == "qa":
+        table.weight_and_bias("span_head", "qa_outputs")
+
+
+def _t5_self_attention(table: Table, ours: str, theirs: str) -> None:
     """T5LayerSelfAttention `theirs` -> the attention half of our Block `ours`."""
-    return {
-        f"{ours}.attn_norm.weight": hf(f"{theirs}.layer_norm.weight"),
-        f"{ours}.attn.qkv.weight": hf.cat(
-            *(f"{theirs}.SelfAttention.{name}.weight" for name in ("q", "k", "v"))
-        ),
-        f"{ours}.attn.out.weight": hf(f"{theirs}.SelfAttention.o.weight"),
-    }
+    table.link(f"{ours}.attn_norm.weight", f"{theirs}.layer_norm.weight")
+    table.link(
+        f"{ours}.attn.qkv.weight",
+        *(f"{theirs}.SelfAttention.{name}.weight" for name in ("q", "k", "v")),
+    )
+    table.link(f"{ours}.attn.out.weight", f"{theirs}.SelfAttention.o.weight")
 
 
-def _t5_cross_attention(hf: Source, ours: str, theirs: str) -> Weights:
+def _t5_cross_attention(table: Table, ours: str, theirs: str) -> None:
     """T5LayerCrossAttention `theirs` -> our Block's cross-attention (fused [k | v])."""
-    return {
-        f"{ours}.cross_norm.weight": hf(f"{theirs}.layer_norm.weight"),
-        f"{ours}.cross_attn.q.weight": hf(f"{theirs}.EncDecAttention.q.weight"),
-        f"{ours}.cross_attn.kv.weight": hf.cat(
-            f"{theirs}.EncDecAttention.k.weight", f"{theirs}.EncDecAttention.v.weight"
-        ),
-        f"{ours}.cross_attn.out.weight": hf(f"{theirs}.EncDecAttention.o.weight"),
-    }
+    attention = f"{theirs}.EncDecAttention"
+    table.link(f"{ours}.cross_norm.weight", f"{theirs}.layer_norm.weight")
+    table.link(f"{ours}.cross_attn.q.weight", f"{attention}.q.weight")
+    table.link(f"{ours}.cross_attn.kv.weight", f"{attention}.k.weight", f"{attention}.v.weight")
+    table.link(f"{ours}.cross_attn.out.weight", f"{attention}.o.weight")
 
 
-def _t5_feed_forward(hf: Source, ours: str, theirs: str, *, gated: bool) -> Weights:
+def _t5_feed_forward(table: Table, ours: str, theirs: str, *, gated: bool) -> None:
     """T5LayerFF `theirs` -> our Block's FFN. Gated: `up` is [wi_0 (gate) | wi_1 (value)]."""
     dense = f"{theirs}.DenseReluDense"
-    up = (
-        hf.cat(f"{dense}.wi_0.weight", f"{dense}.wi_1.weight")
-        if gated
-        else hf(f"{dense}.wi.weight")
-    )
-    return {
-        f"{ours}.ffn_norm.weight": hf(f"{theirs}.layer_norm.weight"),
-        f"{ours}.ffn.up.weight": up,
-        f"{ours}.ffn.down.weight": hf(f"{dense}.wo.weight"),
-    }
+    table.link(f"{ours}.ffn_norm.weight", f"{theirs}.layer_norm.weight")
+    up = (f"{dense}.wi_0.weight", f"{dense}.wi_1.weight") if gated else (f"{dense}.wi.weight",)
+    table.link(f"{ours}.ffn.up.weight", *up)
+    table.link(f"{ours}.ffn.down.weight", f"{dense}.wo.weight")
 
 
-def t5_weights(hf: Source, config: ModelConfig) -> Weights:
+def t5_table(config: ModelConfig) -> Table:
     # Layer 0 of each stack owns the relative bias and every layer of that stack reuses it; our
     # stacks own theirs directly. Cross-attention has none.
     bias = "block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-    weights = {
-        "encoder.tok_emb.weight": hf("encoder.embed_tokens.weight"),
-        "encoder.pos.embedding.weight": hf(f"encoder.{bias}"),
-        "encoder.final_norm.weight": hf("encoder.final_layer_norm.weight"),
-        "decoder.tok_emb.weight": hf("decoder.embed_tokens.weight"),
-        "decoder.pos.embedding.weight": hf(f"decoder.{bias}"),
-        "decoder.final_norm.weight": hf("decoder.final_layer_norm.weight"),
-        "lm_head.weight": hf("lm_head.weight"),
-    }
-    hf.alias("shared.weight", of="encoder.embed_tokens.weight")
+    table = Table()
+    for stack in ("encoder", "decoder"):
+        table.link(f"{stack}.tok_emb.weight", f"{stack}.embed_tokens.weight")
+        table.link(f"{stack}.pos.embedding.weight", f"{stack}.{bias}")
+        table.link(f"{stack}.final_norm.weight", f"{stack}.final_layer_norm.weight")
+    table.link("lm_head.weight", "lm_head.weight")
+    table.aliases["shared.weight"] = "encoder.embed_tokens.weight"
     gated = ACTIVATIONS[config.activation].gated
     for i in range(config.n_layers):
         ours, theirs = f"encoder.blocks.{i}", f"encoder.block.{i}.layer"
-        weights |= _t5_self_attention(hf, ours, f"{theirs}.0")
-        weights |= _t5_feed_forward(hf, ours, f"{theirs}.1", gated=gated)
+        _t5_self_attention(table, ours, f"{theirs}.0")
+        _t5_feed_forward(table, ours, f"{theirs}.1", gated=gated)
     for i in range(config.n_decoder_layers):
         ours, theirs = f"decoder.blocks.{i}", f"decoder.block.{i}.layer"
-        weights |= _t5_self_attention(hf, ours, f"{theirs}.0")
-        weights |= _t5_cross_attention(hf, ours, f"{theirs}.1")
-        weights |= _t5_feed_forward(hf, ours, f"{theirs}.2", gated=gated)
-    return weights
+        _t5_self_attention(table, ours, f"{theirs}.0")
+        _t5_cross_attention(table, ours, f"{theirs}.1")
+        _t5_feed_forward(table, ours, f"{theirs}.2", gated=gated)
+    return table
 
 
-def copy_weights(
-    model: nn.Module, mapping: Callable[[Source, ModelConfig], Weights], hf_model: nn.Module
-) -> None:
-    """Map `hf_model`'s state dict with `mapping` (a family's weights function) and copy it into
-    `model`, refusing leftovers on either side, shape mismatches, and a tie in `model` the
-    checkpoint lacks."""
+def copy_weights(model: nn.Module, table: Table, hf_model: nn.Module) -> None:
+    """Map `hf_model`'s state dict with `table` (a family's) and copy it into `model`, refusing
+    leftovers on either side, shape mismatches, and a tie in `model` the checkpoint lacks."""
     source = Source(hf_model.state_dict())
-    weights = mapping(source, model.config)
+    weights = read_table(table, source)
     target = model.state_dict()  # tensors that share storage with model's parameters
     problems = []
     if leftovers := source.leftovers():

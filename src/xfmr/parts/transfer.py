@@ -86,12 +86,18 @@ def initialise_from(model: nn.Module, source: InitSource) -> TransferReport:
         from xfmr.interop.hf import load_into
 
         try:
-            load_into(model, source.path)
+            transfer = load_into(model, source.path)
         except ValueError as e:
             raise UserError(f"init_from=hf:{source.path}: {e}") from None
-        names = [n for n, _ in model.named_parameters()]
-        log.info("initialised all %d tensors from %s", len(names), source.path)
-        return TransferReport(loaded=names)
+        report = TransferReport(transfer.loaded, transfer.skipped, transfer.new)
+        log.info(
+            "init_from hf:%s: loaded %d tensors; skipped %s; new %s",
+            source.path,
+            len(report.loaded),
+            report.skipped or "none",
+            report.new or "none",
+        )
+        return report
     report = load_matching(model, source.path)
     log.info(
         "init_from %s: loaded %d tensors; skipped %s; new %s",
