@@ -16,9 +16,6 @@ from xfmr.cli.common import fail
 from xfmr.errors import UserError
 from xfmr.runs.compare.formats import FORMATS, render
 from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
-
-if TYPE_CHECKING:
-    from xfmr.runs.compare.importance import Importance
 from xfmr.runs.compare.table import (
     SEED,
     Ranking,
@@ -29,6 +26,9 @@ from xfmr.runs.compare.table import (
     grouping_keys,
     run_table,
 )
+
+if TYPE_CHECKING:  # Optuna loads only when importance is computed
+    from xfmr.runs.compare.importance import Importance
 
 PROG = "xfmr-compare"
 DEFAULT_METRIC = "val/loss"
