@@ -10,20 +10,34 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
 from xfmr.runs.compare.formats import FORMATS, render
 from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
-from xfmr.runs.compare.table import Ranking, Table, group_table, grouping_keys, run_table
+from xfmr.runs.compare.table import (
+    SEED,
+    Ranking,
+    Table,
+    baseline_setting,
+    differing_keys,
+    group_table,
+    grouping_keys,
+    run_table,
+)
+
+if TYPE_CHECKING:  # Optuna loads only when importance is computed
+    from xfmr.runs.compare.importance import Importance
 
 PROG = "xfmr-compare"
 DEFAULT_METRIC = "val/loss"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+TEXT_FORMATS = ("table", "markdown")  # for a person: the importance table follows the main one
 EXAMPLES = """examples:
   xfmr-compare outputs/sweeps/pos                      one row per setting, mean ± std over seeds
   xfmr-compare outputs/sweeps/pos --no-group           one row per run
+  xfmr-compare outputs/sweeps/pos --baseline pos=learned   each setting against learned
   xfmr-compare runs/a runs/b --metric val/ppl --format markdown
   xfmr-compare outputs/sweeps/pos --plot pos.png --html pos.html
 """
@@ -59,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         "that differs between runs, except seed)",
     )
     grouping.add_argument("--no-group", action="store_true", help="one row per run")
+    parser.add_argument(
+        "--baseline",
+        metavar="KEY=VALUE",
+        help="the setting every other is compared with, e.g. pos=learned (several keys: "
+        "pos=learned,model.n_layers=4): the difference of means with its 95%% CI (Welch) and "
+        "Welch's t-test p-value, Holm-corrected over the settings",
+    )
     parser.add_argument("--format", choices=FORMATS, default="table", help="how to print the table")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", help="write the metric's curves")
     parser.add_argument(
@@ -84,16 +105,27 @@ def compare(args: argparse.Namespace) -> None:
     metric = choose_metric(runs, args.metric)
     ranking = Ranking(metric, args.mode or sweep_direction(runs, metric) or "min")
     keys = grouping_keys(runs, args.group_by, args.no_group)
+    if args.baseline is not None:
+        if args.no_group:
+            raise UserError(f"--baseline {args.baseline}: compares settings; drop --no-group")
+        keys = keys if keys is not None else [k for k in differing_keys(runs) if k != SEED]
     per_run = run_table(runs, ranking)
-    tables = [per_run] if keys is None else [group_table(runs, keys, ranking), per_run]
+    baseline = None if args.baseline is None else baseline_setting(runs, keys, args.baseline)
+    grouped = None if keys is None else group_table(runs, keys, ranking, baseline)
+    tables = [per_run] if grouped is None else [grouped, per_run]
     render(tables[0], args.format)
+    importance = (
+        weigh_parameters(runs, ranking) if args.format in TEXT_FORMATS or args.html else None
+    )
+    if importance is not None and args.format in TEXT_FORMATS:
+        show_importance(importance, ranking.metric, args.format)
     if args.plot:
         from xfmr.runs.compare.figures import metric_curves, save_curves_png
 
-        save_curves_png(metric_curves(runs, metric), metric, args.plot)
+        save_curves_png(metric_curves(runs, metric, keys), metric, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.html:
-        write_html(args.html, tables, runs, ranking)
+        write_html(args.html, tables, runs, ranking, keys, importance)
 
 
 def choose_metric(runs: list[Run], requested: str | None) -> str:
@@ -107,12 +139,45 @@ def choose_metric(runs: list[Run], requested: str | None) -> str:
     return requested
 
 
-def write_html(path: Path, tables: list[Table], runs: list[Run], ranking: Ranking) -> None:
+def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:
+    """Which parameters mattered, when the runs differ in more than the seed (csv and json stay
+    one table for scripts)."""
+    if not [key for key in differing_keys(runs) if key != SEED]:
+        return None
+    from xfmr.runs.compare.importance import parameter_importance
+
+    return parameter_importance(runs, ranking)
+
+
+def show_importance(importance: Importance, metric: str, form: str) -> None:
+    from xfmr.runs.compare.importance import importance_table
+
+    table = importance_table(importance, metric)
+    print()
+    if importance.reason:  # a sentence, not an empty table
+        print(f"**{table.title}**" if form == "markdown" else table.title)
+    else:
+        render(table, form)
+
+
+def write_html(
+    path: Path,
+    tables: list[Table],
+    runs: list[Run],
+    ranking: Ranking,
+    keys: list[str] | None,
+    importance: Importance | None,
+) -> None:
     from xfmr.runs.compare.figures import metric_curves
     from xfmr.runs.compare.page import write_page
 
     write_page(
-        path, tables=tables, curves=metric_curves(runs, ranking.metric), runs=runs, ranking=ranking
+        path,
+        tables=tables,
+        curves=metric_curves(runs, ranking.metric, keys),
+        runs=runs,
+        ranking=ranking,
+        importance=importance,
     )
     print(f"wrote {path}", file=sys.stderr)
 

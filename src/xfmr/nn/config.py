@@ -168,6 +168,23 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def sinusoid_scale(self) -> float:
+        """What the sinusoids are multiplied by before they join the token embeddings: the
+        scale the token embeddings start at, init_std (times sqrt(d_model) with embed_scale).
+
+        Vaswani et al. 2017 (sec. 3.4, 3.5) add unit sinusoids to token embeddings that start
+        near unit scale (drawn at d^-0.5 in tensor2tensor, then multiplied by sqrt(d_model)).
+        Here embeddings start at init_std 0.02 (GPT-2), and unit sinusoids would be ~35 times
+        the token (norms sqrt(d/2) against 0.02 sqrt(d)): the token drowns and a decoder learns
+        little past unigram frequencies. Scaled to the tokens, the sinusoids keep the paper's
+        proportion, and start on the footing of learned positions, which are drawn at
+        init_std too. (x-transformers' ScaledSinusoidalEmbedding shrinks them as well, by
+        d^-0.5 behind a learned gain; that still leaves them several times the token here.)
+        """
+        start = self.init_std or 1.0  # zero-initialised embeddings: keep unit sinusoids
+        return start * self.d_model**0.5 if self.embed_scale else start
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
         """Build from a plain dict; an unknown key is an error that lists the known ones."""

@@ -95,17 +95,19 @@ def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
 
 
 class SinusoidalPositions(PositionScheme):
-    """Fixed sinusoids; any length up to `max_positions` (a table size, not a learned limit)."""
+    """Fixed sinusoids times `scale`; any length up to `max_positions` (a table size, not a
+    learned limit). `ModelConfig.sinusoid_scale` says which scale a model uses, and why."""
 
     kind = "absolute"
-    options = ("d_model", "max_positions")
+    options = ("d_model", "max_positions", "sinusoid_scale")
 
-    def __init__(self, *, d_model: int, max_positions: int | None = None) -> None:
+    def __init__(
+        self, *, d_model: int, max_positions: int | None = None, sinusoid_scale: float = 1.0
+    ) -> None:
         super().__init__()
         self.max_positions = max_positions or 8192
-        self.register_buffer(
-            "table", sinusoidal_table(self.max_positions, d_model), persistent=False
-        )
+        table = sinusoidal_table(self.max_positions, d_model) * sinusoid_scale
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return x + self.table[offset : offset + x.size(1)].to(x.dtype)
@@ -336,6 +338,7 @@ def build_positions(
     num_buckets: int = 32,
     max_distance: int = 128,
     rotary_base: float = 10000.0,
+    sinusoid_scale: float = 1.0,
 ) -> PositionScheme:
     """Build scheme `name`, passing it the arguments it names in its `options`.
 
@@ -352,5 +355,6 @@ def build_positions(
         num_buckets=num_buckets,
         max_distance=max_distance,
         rotary_base=rotary_base,
+        sinusoid_scale=sinusoid_scale,
     )
     return scheme(**{key: arguments[key] for key in scheme.options})

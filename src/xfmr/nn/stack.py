@@ -57,6 +57,7 @@ class TransformerStack(ParameterCount, nn.Module):
             num_buckets=config.pos.num_buckets,
             max_distance=config.pos.max_distance,
             rotary_base=config.pos.rotary_base,
+            sinusoid_scale=config.sinusoid_scale,
         )
         self.embed_norm = _norm(config) if config.embed_norm else None
         self.drop = nn.Dropout(config.dropout)

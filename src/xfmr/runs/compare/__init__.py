@@ -1,10 +1,16 @@
 """Comparing runs from the files they leave behind, so runs copied from any machine compare.
 
     runs.py     run directories found under the given paths and read into `Run` records
-    table.py    the rows: one per run, or one per setting with mean and std over its runs
+    table.py    the rows: one per run, or one per setting with mean, std and interval over its
+                runs, and each setting's difference to a baseline
+    stats.py    the 95% t interval of a mean, Welch's difference and test, Holm's correction (scipy)
+    importance.py  which swept parameters mattered: fANOVA and PED-ANOVA (Optuna's evaluators)
     formats.py  a table printed as rich, csv, json or markdown
-    figures.py  the metric's curves as data, and as a PNG (matplotlib)
-    page.py     one self-contained HTML page: tables, curves, parallel coordinates (plotly)
+    figures.py  the metric's curves, a colour per setting (mean, band, runs faint), as data and
+                as a PNG (matplotlib)
+    page.py     one self-contained HTML page: tables, curves, parallel coordinates, importance
+                (plotly)
 
-Nothing here imports torch; matplotlib and plotly load only when a figure is asked for.
+Nothing here imports torch; scipy loads for grouped rows, Optuna for importance, matplotlib and
+plotly only when a figure is asked for.
 """

@@ -1,61 +1,114 @@
-"""The metric's curve of each run, from the validations its results.json keeps, as data for any
-plot and as a PNG (matplotlib, loaded only here)."""
+"""The metric's curves, from the validations each results.json keeps: one colour per setting,
+its mean over the setting's completed runs with a band of ± one std, each run faint beneath.
+As data for any plot, and as a PNG (matplotlib, loaded only here)."""
 
 from __future__ import annotations
 
-from collections import Counter
+import colorsys
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from xfmr.runs.compare.runs import Run, integer
-from xfmr.runs.compare.table import differing_keys, run_labels
+from xfmr.runs.compare.table import COMPLETED, describe_setting, run_labels, setting, spread
+
+# matplotlib's tab10 (also plotly's D3): distinct to most eyes; more settings than this get
+# hues spaced evenly round the wheel instead, so no two settings ever share a colour.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+BAND = "± 1 std over the setting's completed runs"
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One run's metric per validation step, named by the overrides that set it apart."""
+    """One run's metric per validation step."""
 
     label: str
     steps: list[int]
     values: list[float]
 
 
-def metric_curves(runs: Sequence[Run], metric: str) -> list[Curve]:
-    """A curve for each run that validated `metric` at least once."""
-    names = curve_names(runs)
-    curves = []
+@dataclass(frozen=True)
+class SettingCurves:
+    """A setting's runs and, at each step some completed run validated, their mean and std
+    (std None where fewer than two have the step)."""
+
+    label: str
+    colour: str
+    runs: list[Curve]
+    steps: list[int]
+    mean: list[float]
+    std: list[float | None]
+
+
+def colours(count: int) -> list[str]:
+    if count <= len(PALETTE):
+        return list(PALETTE[:count])
+    hues = [colorsys.hsv_to_rgb(i / count, 0.75, 0.85) for i in range(count)]
+    return ["#" + "".join(f"{round(255 * c):02x}" for c in rgb) for rgb in hues]
+
+
+def metric_curves(
+    runs: Sequence[Run], metric: str, keys: Sequence[str] | None
+) -> list[SettingCurves]:
+    """A curve per run that validated `metric`, gathered by setting of `keys` (None: each run
+    its own setting), settings in the order first found."""
+    labels = run_labels(runs)
+    groups: dict[object, list[Run]] = {}
     for run in runs:
-        points = [
-            (integer(entry.get("step")), entry[metric])
-            for entry in run.history
-            if entry.get(metric) is not None and integer(entry.get("step")) is not None
-        ]
-        if points:
-            steps, values = zip(*points, strict=True)
-            curves.append(Curve(names[run.path], list(steps), list(values)))
-    return curves
+        groups.setdefault(run.path if keys is None else setting(run, keys), []).append(run)
+    gathered = []
+    for group, members in groups.items():
+        pairs = [(run, run_curve(run, metric, labels[run.path])) for run in members]
+        pairs = [(run, curve) for run, curve in pairs if curve is not None]
+        if pairs:
+            name = labels[group] if keys is None else describe_setting(keys, group)
+            gathered.append((name or "all runs", pairs))
+    return [
+        _setting_curves(name, colour, pairs)
+        for (name, pairs), colour in zip(gathered, colours(len(gathered)), strict=True)
+    ]
 
 
-def curve_names(runs: Sequence[Run]) -> dict[Path, str]:
-    """`pos=learned, seed=1` from the differing overrides; the directory where that is not
-    enough to tell runs apart."""
-    keys, labels = differing_keys(runs), run_labels(runs)
-    names = {
-        run.path: ", ".join(f"{key}={run.overrides.get(key, '-')}" for key in keys) for run in runs
-    }
-    repeated = Counter(names.values())
-
-    def unique(path: Path, name: str) -> str:
-        if not name:
-            return labels[path]
-        return f"{name} ({labels[path]})" if repeated[name] > 1 else name
-
-    return {path: unique(path, name) for path, name in names.items()}
+def run_curve(run: Run, metric: str, label: str) -> Curve | None:
+    points = [
+        (integer(entry.get("step")), entry[metric])
+        for entry in run.history
+        if entry.get(metric) is not None and integer(entry.get("step")) is not None
+    ]
+    if not points:
+        return None
+    steps, values = zip(*points, strict=True)
+    return Curve(label, list(steps), list(values))
 
 
-def save_curves_png(curves: Sequence[Curve], metric: str, path: Path) -> None:
-    """Every curve on one axes, written to `path` (its suffix picks the format: png, svg, pdf)."""
+def _setting_curves(label: str, colour: str, pairs: list[tuple[Run, Curve]]) -> SettingCurves:
+    curves = [curve for _, curve in pairs]
+    # A pruned run stops where it was worst: the mean is over the runs that finished, unless
+    # none did.
+    averaged = [curve for run, curve in pairs if run.status == COMPLETED] or curves
+    by_step: dict[int, list[float]] = {}
+    for curve in averaged:
+        for step, value in zip(curve.steps, curve.values, strict=True):
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    spreads = [spread([v for v in by_step[step] if math.isfinite(v)]) for step in steps]
+    return SettingCurves(
+        label=label,
+        colour=colour,
+        runs=curves,
+        steps=steps,
+        mean=[m if m is not None else math.nan for m, _ in spreads],
+        std=[s for _, s in spreads],
+    )
+
+
+def save_curves_png(settings: Sequence[SettingCurves], metric: str, path: Path) -> None:
+    """Each setting's mean and band over its runs, written to `path` (its suffix picks the
+    format: png, svg, pdf)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -63,14 +116,32 @@ def save_curves_png(curves: Sequence[Curve], metric: str, path: Path) -> None:
     figure = Figure(figsize=(8, 5), layout="constrained")
     FigureCanvasAgg(figure)  # no pyplot: nothing global, no display needed
     axes = figure.add_subplot()
-    for curve in curves:
-        axes.plot(curve.steps, curve.values, marker="o", markersize=3, label=curve.label)
-    axes.set(xlabel="step", ylabel=metric, title=f"{metric} at each validation")
+    for curves in settings:
+        for run in curves.runs:
+            axes.plot(run.steps, run.values, color=curves.colour, alpha=0.25, linewidth=0.8)
+        n = len(curves.runs)
+        axes.plot(curves.steps, curves.mean, color=curves.colour, marker="o", markersize=3,
+                  linewidth=2, label=f"{curves.label} (n={n})")  # fmt: skip
+        low, high = band(curves)
+        axes.fill_between(curves.steps, low, high, color=curves.colour, alpha=0.2, linewidth=0)
+    axes.set(xlabel="step", ylabel=metric, title=f"{metric}: mean per setting, band {BAND}")
+    axes.title.set_fontsize("medium")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
-    if curves:
+    if settings:
         axes.legend(fontsize="small")
     else:
         axes.text(0.5, 0.5, f"no run has validated {metric}", ha="center", transform=axes.transAxes)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
+
+
+def band(curves: SettingCurves) -> tuple[list[float], list[float]]:
+    """mean - std and mean + std at each step; NaN (no band) where there is no std."""
+    low = [
+        m - s if s is not None else math.nan for m, s in zip(curves.mean, curves.std, strict=True)
+    ]
+    high = [
+        m + s if s is not None else math.nan for m, s in zip(curves.mean, curves.std, strict=True)
+    ]
+    return low, high

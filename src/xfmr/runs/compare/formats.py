@@ -35,6 +35,8 @@ def cell_text(column: str, value: Any) -> str:
         return str(value)
     if is_std:
         return f"± {value:.3g}"
+    if column.startswith("p ("):  # two figures say all a p-value can
+        return f"{value:.2g}"
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.0f}" if math.isfinite(value) and abs(value) >= 1e5 else f"{value:.5g}"

@@ -10,10 +10,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from xfmr.runs.compare.figures import Curve
+from xfmr.runs.compare.figures import BAND, SettingCurves, band
 from xfmr.runs.compare.formats import cell_text, numeric_columns
+from xfmr.runs.compare.importance import EVALUATORS, Importance, importance_table
 from xfmr.runs.compare.runs import Run
-from xfmr.runs.compare.table import Ranking, Table, differing_keys
+from xfmr.runs.compare.table import SEED, Ranking, Table, differing_keys
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -47,12 +48,13 @@ def write_page(
     path: Path,
     *,
     tables: Sequence[Table],
-    curves: Sequence[Curve],
+    curves: Sequence[SettingCurves],
     runs: Sequence[Run],
     ranking: Ranking,
+    importance: Importance | None = None,
 ) -> None:
-    """The page for `tables` (the first is the summary), the curves and the runs' parallel
-    coordinates, written to `path`."""
+    """The page for `tables` (the first is the summary), the curves, the runs' parallel
+    coordinates and the parameters' importance, written to `path`."""
     from plotly.offline import get_plotlyjs
 
     sections = [html_table(table, f"table-{i}") for i, table in enumerate(tables)]
@@ -64,6 +66,8 @@ def write_page(
         sections.append("<p>No override differs between the runs that have the metric.</p>")
     else:
         sections.append(plot_div(parallel, "parallel"))
+    if importance is not None:
+        sections += importance_section(importance, ranking.metric)
     title = f"xfmr-compare: {len(runs)} runs, {ranking.describe()}"
     page = PAGE.format(
         title=escape(title), style=STYLE, plotly_js=get_plotlyjs(), body="\n".join(sections)
@@ -97,29 +101,98 @@ def plot_div(figure: Any, element_id: str) -> str:
     )
 
 
-def curves_figure(curves: Sequence[Curve], metric: str) -> Any:
+def curves_figure(settings: Sequence[SettingCurves], metric: str) -> Any:
+    """Per setting, one colour: its runs faint, the band, the mean; clicking a setting's legend
+    entry hides all three."""
     import plotly.graph_objects as go
 
-    figure = go.Figure(
-        [go.Scatter(x=c.steps, y=c.values, mode="lines+markers", name=c.label) for c in curves]
-    )
+    traces = []
+    for curves in settings:
+        group = {"legendgroup": curves.label, "hoverlabel": {"namelength": -1}}
+        faint = {"color": _rgba(curves.colour, 0.3), "width": 1}
+        traces += [
+            go.Scatter(
+                x=run.steps,
+                y=run.values,
+                mode="lines",
+                line=faint,
+                name=run.label,
+                showlegend=False,
+                **group,
+            )  # fmt: skip
+            for run in curves.runs
+        ]
+        low, high = band(curves)
+        edge = {"width": 0, "color": curves.colour}
+        traces.append(go.Scatter(x=curves.steps, y=high, mode="lines", line=edge,
+                                 showlegend=False, hoverinfo="skip", **group))  # fmt: skip
+        traces.append(go.Scatter(x=curves.steps, y=low, mode="lines", line=edge, fill="tonexty",
+                                 fillcolor=_rgba(curves.colour, 0.2), showlegend=False,
+                                 hoverinfo="skip", **group))  # fmt: skip
+        traces.append(
+            go.Scatter(
+                x=curves.steps,
+                y=curves.mean,
+                mode="lines+markers",
+                line={"color": curves.colour, "width": 2.5},
+                name=f"{curves.label} (n={len(curves.runs)})",
+                **group,
+            )  # fmt: skip
+        )
+    figure = go.Figure(traces)
     figure.update_layout(
         template="plotly_white",
         height=480,
         xaxis_title="step",
         yaxis_title=metric,
-        margin={"t": 30},
+        title={"text": f"mean per setting; band {BAND}; each run faint", "font": {"size": 13}},
+        margin={"t": 50},
     )
     return figure
 
 
+def importance_section(importance: Importance, metric: str) -> list[str]:
+    table = importance_table(importance, metric)
+    sections = [f"<h2>Which parameters mattered for {escape(metric)}</h2>"]
+    if importance.reason:
+        return [*sections, f'<p id="importance">{escape(table.title)}</p>']
+    return [*sections, plot_div(importance_figure(table), "importance")]
+
+
+def importance_figure(table: Table) -> Any:
+    """A bar per parameter and evaluator, the most important parameter at the top."""
+    import plotly.graph_objects as go
+
+    names = [row["parameter"] for row in reversed(table.rows)]
+    bars = [
+        go.Bar(y=names, x=[row[e] for row in reversed(table.rows)], name=e, orientation="h")
+        for e in EVALUATORS
+    ]
+    figure = go.Figure(bars)
+    figure.update_layout(
+        template="plotly_white",
+        barmode="group",
+        height=160 + 60 * len(names),
+        xaxis_title="importance (each evaluator sums to 1)",
+        title={"text": table.title, "font": {"size": 13}},
+        margin={"t": 60, "l": 160},
+    )
+    return figure
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
 def parallel_figure(runs: Sequence[Run], ranking: Ranking) -> Any | None:
-    """An axis per differing override and one for the final metric, a line per run that has
+    """An axis per differing override but the seed and one for the final metric, a line per run that has
     it, coloured by the metric (the best brightest); None when no override differs."""
     import plotly.graph_objects as go
 
     shown = [run for run in runs if _finite(run.metrics.get(ranking.metric))]
-    keys = differing_keys(shown)
+    # The seed is a repeat, not a choice: its spread shows on the metric's own axis.
+    keys = [key for key in differing_keys(shown) if key != SEED]
     if not keys:
         return None
     values = [run.metrics[ranking.metric] for run in shown]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from xfmr.errors import UserError
 from xfmr.runs.compare.runs import Run, integer
+from xfmr.runs.compare.stats import ALPHA, MIN_RUNS, holm, mean_interval, welch
 
 SEED = "seed"  # repeats of one setting, averaged over by default
 COMPLETED = "completed"
@@ -80,6 +82,33 @@ def grouping_keys(runs: Sequence[Run], group_by: str | None, no_group: bool) -> 
     return keys if max(sizes.values()) > 1 else None
 
 
+def baseline_setting(runs: Sequence[Run], keys: Sequence[str], spec: str) -> tuple[str | None, ...]:
+    """The setting `--baseline KEY=VALUE[,KEY=VALUE...]` names: the one setting of `keys` whose
+    values it matches (a key it leaves out matches any value)."""
+    settings = sorted({setting(run, keys) for run in runs}, key=str)
+    valid = "; ".join(describe_setting(keys, values) for values in settings)
+    # Split at commas that start a new KEY=, so a value like [1,2] keeps its comma.
+    pairs = [pair for pair in re.split(r",(?=[^,=\[\]]+=)", spec) if pair.strip()]
+    wanted = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or key.strip() not in keys:
+            raise UserError(
+                f"--baseline {spec}: give KEY=VALUE with KEY among the grouping keys "
+                f"({', '.join(keys) or 'none'}); the settings are: {valid}"
+            )
+        wanted[key.strip()] = value.strip()
+    matches = [
+        values
+        for values in settings
+        if all(dict(zip(keys, values, strict=True))[key] == value for key, value in wanted.items())
+    ]
+    if len(matches) != 1:
+        found = "no setting" if not matches else f"{len(matches)} settings"
+        raise UserError(f"--baseline {spec}: matches {found}; the settings are: {valid}")
+    return matches[0]
+
+
 def setting(run: Run, keys: Sequence[str]) -> tuple[str | None, ...]:
     return tuple(run.overrides.get(key) for key in keys)
 
@@ -129,16 +158,23 @@ def run_table(runs: Sequence[Run], ranking: Ranking) -> Table:
     return Table(f"{len(runs)} runs: {ranking.describe()}", columns, rows)
 
 
-def group_table(runs: Sequence[Run], keys: Sequence[str], ranking: Ranking) -> Table:
-    """One row per setting of `keys`: mean and sample std (ddof=1) over its completed runs, n,
-    how many ended otherwise and why; best setting first."""
+def group_table(
+    runs: Sequence[Run],
+    keys: Sequence[str],
+    ranking: Ranking,
+    baseline: tuple[str | None, ...] | None = None,
+) -> Table:
+    """One row per setting of `keys`: mean, sample std (ddof=1) and the 95% t interval of the
+    mean over its completed runs, n, how many ended otherwise and why; with a `baseline`
+    setting, each other setting's difference to it (Welch's t-test, Holm-corrected); best
+    setting first."""
     labels = run_labels(runs)
     groups: dict[tuple[str | None, ...], list[Run]] = {}
     for run in runs:
         groups.setdefault(setting(run, keys), []).append(run)
     others = sorted({run.status for run in runs} - {COMPLETED})
-    rows = [
-        _group_row(
+    rows = {
+        values: _group_row(
             dict(zip(keys, values, strict=True)) or {"group": "all runs"},
             members,
             others,
@@ -146,12 +182,80 @@ def group_table(runs: Sequence[Run], keys: Sequence[str], ranking: Ranking) -> T
             ranking,
         )
         for values, members in groups.items()
-    ]
-    mean = f"final {ranking.metric} mean"
-    rows.sort(key=lambda row: ranking.key(row[mean]))
+    }
+    if baseline is not None:
+        _compare_with_baseline(rows, groups, baseline, ranking)
+    ordered = sorted(
+        rows.values(), key=lambda row: ranking.key(row[f"final {ranking.metric} mean"])
+    )
     by = ", ".join(keys) or "nothing (all runs together)"
-    title = f"{len(runs)} runs in {len(rows)} settings of {by}: mean ± std over completed runs; {ranking.describe()}"
-    return Table(title, list(rows[0]), rows)
+    title = (
+        f"{len(runs)} runs in {len(rows)} settings of {by}: mean ± std and {CI} of the mean over "
+        f"completed runs; {ranking.describe()}"
+    )
+    if baseline is not None:
+        named = describe_setting(keys, baseline)
+        title += (
+            f"; Δ = mean - mean of {named}, {DELTA_CI}, Welch's t-test p Holm-corrected over "
+            f"{len(rows) - 1} settings, significant where < {ALPHA:g}"
+        )
+    return Table(title, list(ordered[0]), ordered)
+
+
+CI = "95% CI (t)"
+DELTA_CI = "95% CI (Welch)"
+DELTA_COLUMNS = ("Δ vs baseline", f"Δ {DELTA_CI} low", f"Δ {DELTA_CI} high")
+P_COLUMNS = ("p (Welch)", "p (Holm)", "significant")
+
+
+def describe_setting(keys: Sequence[str], values: Sequence[str | None]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in zip(keys, values, strict=True))
+
+
+def completed_values(members: Sequence[Run], metric: str) -> list[float]:
+    """The final metric of each completed run that has one (NaN included: it is a result)."""
+    values = [run.metrics.get(metric) for run in members if run.status == COMPLETED]
+    return [value for value in values if value is not None]
+
+
+def _compare_with_baseline(
+    rows: dict[tuple[str | None, ...], dict[str, Any]],
+    groups: dict[tuple[str | None, ...], list[Run]],
+    baseline: tuple[str | None, ...],
+    ranking: Ranking,
+) -> None:
+    """Fills the Δ and p columns of every row in place, the p-values Holm-corrected together."""
+    reference = completed_values(groups[baseline], ranking.metric)
+    tested = {}
+    for values, row in rows.items():
+        difference = (
+            None
+            if values == baseline
+            else welch(completed_values(groups[values], ranking.metric), reference)
+        )
+        row.update(dict.fromkeys((*DELTA_COLUMNS, *P_COLUMNS)))
+        if values == baseline:
+            row["significant"] = "baseline"
+        elif difference is None:
+            row["note"] = _joined(
+                row["note"], f"no test: needs {MIN_RUNS} completed runs here and in the baseline"
+            )
+        else:
+            row.update(
+                zip(DELTA_COLUMNS, (difference.delta, difference.low, difference.high), strict=True)
+            )
+            row["p (Welch)"] = difference.p_value
+            tested[values] = difference.p_value
+    for values, corrected in zip(tested, holm(list(tested.values())), strict=True):
+        rows[values]["p (Holm)"] = corrected
+        rows[values]["significant"] = "yes" if corrected < ALPHA else "no"
+    # The Δ columns read beside the mean's, before the best value's.
+    for row in rows.values():
+        moved = {column: row.pop(column) for column in (*DELTA_COLUMNS, *P_COLUMNS)}
+        after = list(row).index(f"final {ranking.metric} {CI} high") + 1
+        items = list(row.items())
+        row.clear()
+        row.update(items[:after] + list(moved.items()) + items[after:])
 
 
 def _group_row(
@@ -162,23 +266,32 @@ def _group_row(
     ranking: Ranking,
 ) -> dict[str, Any]:
     completed = [run for run in members if run.status == COMPLETED]
-    final = spread([run.metrics.get(ranking.metric) for run in completed])
+    finals = completed_values(members, ranking.metric)
+    final = spread(finals)
+    interval = mean_interval(finals) if all(math.isfinite(v) for v in finals) else None
     best = spread([best_value(run, ranking)[0] for run in completed])
+    notes = [_outcome(run, labels[run.path]) for run in members if run.status != COMPLETED]
+    if len(finals) < MIN_RUNS:
+        notes.append(f"n={len(finals)}: no std or CI (needs {MIN_RUNS} completed runs)")
     return {
         **values,
         "n": len(completed),
         **{status: sum(run.status == status for run in members) for status in others},
         f"final {ranking.metric} mean": final[0],
         f"final {ranking.metric} std": final[1],
+        f"final {ranking.metric} {CI} low": interval[0] if interval else None,
+        f"final {ranking.metric} {CI} high": interval[1] if interval else None,
         f"best {ranking.metric} mean": best[0],
         f"best {ranking.metric} std": best[1],
         "steps": central([run.step for run in completed]),
         "ms/step": central([run.ms_per_step for run in completed]),
         "params": central([run.n_parameters for run in completed]),
-        "note": "; ".join(
-            _outcome(run, labels[run.path]) for run in members if run.status != COMPLETED
-        ),
+        "note": "; ".join(notes),
     }
+
+
+def _joined(note: str, addition: str) -> str:
+    return f"{note}; {addition}" if note else addition
 
 
 def _outcome(run: Run, label: str) -> str:
