@@ -99,6 +99,9 @@ def _child(module: str, args: list[str], cwd: str, env: dict[str, str], out: str
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[1:1] = extra
     sys.argv = [module, *args]
+    # The server imported the entry point's module; `python -m` runs a fresh copy as __main__,
+    # so drop the cached one (runpy would warn on stderr, and a CLI's stderr is tested).
+    sys.modules.pop(module, None)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -17,7 +17,7 @@ from conftest import run_cli
 TESTS_DIR = str(Path(__file__).resolve().parent)
 
 
-def _sweep(tmp_path: Path, *overrides: str):
+def _sweep(tmp_path: Path, *overrides: str, fresh: bool = False):
     from sweep_app import APP_CONFIG
 
     conf = tmp_path / "conf"
@@ -26,7 +26,9 @@ def _sweep(tmp_path: Path, *overrides: str):
     path = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
     sweep = tmp_path / "sweep"
     args = ["--config-dir", str(conf), "--config-name", "app", "-m", f"hydra.sweep.dir={sweep}"]
-    result = run_cli([*args, *overrides], tmp_path, module="sweep_app", env={"PYTHONPATH": path})
+    result = run_cli(
+        [*args, *overrides], tmp_path, module="sweep_app", env={"PYTHONPATH": path}, fresh=fresh
+    )
     jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]
     return result, {job["overrides"][-1]: job for job in jobs}
 
@@ -59,18 +61,19 @@ def test_the_console_has_a_line_per_job_start_and_end_and_each_log_what_its_job_
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
 def test_each_job_is_a_process_of_its_own_forked_by_the_fork_server(tmp_path: Path) -> None:
-    result, jobs = _sweep(tmp_path, "x=1,2,3")
+    # fresh: the sweep started as `python -m`, so that its own command line names it.
+    result, jobs = _sweep(tmp_path, "x=1,2,3", fresh=True)
     assert result.returncode == 0, result.output
     pids = {_results(job)["pid"] for job in jobs.values()}
     assert len(pids) == 3
     parents = {_results(job)["parent"] for job in jobs.values()}
     [parent] = parents  # one fork server, not the sweep itself, started all three
-    assert "multiprocessing.forkserver" in parent, parent
+    assert "multiprocessing.forkserver" in parent and "sweep_app" not in parent, parent
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
 def test_start_method_spawn_starts_each_job_from_the_sweep_itself(tmp_path: Path) -> None:
-    result, jobs = _sweep(tmp_path, "x=1,2", "hydra.launcher.start_method=spawn")
+    result, jobs = _sweep(tmp_path, "x=1,2", "hydra.launcher.start_method=spawn", fresh=True)
     assert result.returncode == 0, result.output
     assert len({_results(job)["pid"] for job in jobs.values()}) == 2
     for job in jobs.values():
