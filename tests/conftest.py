@@ -55,6 +55,11 @@ def randomize(model: nn.Module, *, std: float, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
+# A fixed peak for mfu: a run otherwise times 2048x2048 matmuls for its CPU's peak FLOP/s
+# (a second or two of both cores, every run, as each test has a cache of its own), which
+# tests/test_throughput.py tests on its own.
+PEAK = "throughput.peak_tflops=1"
+
 # Smallest settings that still exercise every part of a run.
 TINY = [
     "size=tiny",
@@ -68,6 +73,7 @@ TINY = [
     "trainer.enable_model_summary=false",
     "callbacks.progress_bar=null",
     "print_config=false",
+    PEAK,
 ]
 
 
@@ -148,6 +154,7 @@ def compose_config(tmp_path: Path, overrides: list[str]):
                 "trainer.enable_progress_bar=false",
                 "callbacks.progress_bar=null",
                 "logger=none",
+                PEAK,
                 f"paths.root_dir={tmp_path}",
                 f"paths.output_dir={tmp_path / 'run'}",
                 *overrides,

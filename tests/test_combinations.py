@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from conftest import PEAK
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_POSITIONS
@@ -108,6 +109,7 @@ def _compose(tmp_path: Path, overrides: list[str]):
         "trainer.max_steps=2",
         "schedule.warmup_steps=1",
         "trainer.val_check_interval=2",
+        PEAK,
         "trainer.limit_val_batches=1",
         "trainer.num_sanity_val_steps=0",
         "trainer.enable_model_summary=false",

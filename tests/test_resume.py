@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPUS, read_results, run_cli
+from conftest import CORPUS, PEAK, read_results, run_cli
 
 # Kills the training process at a chosen point: after the optimizer step of `step` ("train"),
 # in the middle of the validation that follows `step` ("validation"), or while the checkpoint
@@ -60,6 +60,7 @@ COMMON = [
     "callbacks.text_sample=null",
     "callbacks.periodic_checkpoint.every_n_train_steps=3",
     "print_config=false",
+    PEAK,
 ]
 
 

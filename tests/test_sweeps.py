@@ -172,7 +172,7 @@ def test_two_workers_take_the_next_trial_without_waiting_for_the_slow_one(
             "hydra.sweeper.pruner=none",
             "hydra.sweeper.n_trials=3",
             "hydra.sweeper.workers=2",
-            "trainer.max_steps=choice(3000,4,6)",
+            "trainer.max_steps=choice(600,4,6)",
             "trainer.val_check_interval=1000",
         ],
         tmp_path,
@@ -186,9 +186,9 @@ def test_two_workers_take_the_next_trial_without_waiting_for_the_slow_one(
             (run / ".hydra" / "config.yaml").stat().st_mtime,
             (run / "results.json").stat().st_mtime,
         )
-    assert sorted(spans) == [4, 6, 3000]
-    slow_start, slow_end = spans[3000]
-    # The grid's order with seed 1 is 3000, 6, 4: the slow trial holds one worker while the
+    assert sorted(spans) == [4, 6, 600]
+    slow_start, slow_end = spans[600]
+    # The grid's order with seed 1 is 600, 6, 4: the slow trial holds one worker while the
     # other runs both fast ones, the second starting as soon as the first has ended.
     assert slow_start < spans[6][0] + 2
     assert spans[6][1] <= spans[4][0] and spans[4][1] < slow_end
