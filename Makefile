@@ -32,11 +32,13 @@ test-fast: install
 	$(BIN)/pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # Line coverage of src/, child processes included (pyproject's [tool.coverage]); the data file
-# by absolute path, so a CLI run in another directory adds to it.
+# by absolute path, so a CLI run in another directory adds to it. A failing test still gets
+# its figure, and the target still fails.
 coverage: install
 	rm -f .coverage .coverage.*
-	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage run -m pytest -q $(XDIST) $(PYTEST_ARGS)
-	$(BIN)/coverage combine -q && $(BIN)/coverage report --format=total && $(BIN)/coverage report -m > coverage.txt
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage run -m pytest -q $(XDIST) $(PYTEST_ARGS); \
+	status=$$?; $(BIN)/coverage combine -q && $(BIN)/coverage report --format=total \
+	&& $(BIN)/coverage report -m > coverage.txt; exit $$status
 
 bench: install
 	$(BIN)/python benchmarks/nanogpt_shakespeare.py --data $(or $(DATA),../shared/data/tinyshakespeare/input.txt) $(ARGS)
