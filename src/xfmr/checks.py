@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
 from xfmr.errors import UserError
-from xfmr.nn.config import ModelConfig
+from xfmr.nn.config import EXTENDING_POSITIONS, ModelConfig
 from xfmr.objectives.registry import (
     ObjectiveFacts,
     data_choices,
@@ -195,7 +195,7 @@ def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
             raise UserError(
                 f"{key}={length} is longer than pos.max_positions={limit} allows with pos=learned: "
                 f"set pos.max_positions>={length}, lower {key}, or use a scheme without a limit "
-                f"(pos=sinusoidal or pos=none)"
+                f"(pos in {list(EXTENDING_POSITIONS)})"
             )
 
 

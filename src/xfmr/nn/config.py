@@ -16,6 +16,10 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
 # The names of `xfmr.nn.positions.POSITIONS` (a test keeps the two in step).
 POS_NAMES = ("none", "sinusoidal", "learned", "relative", "rotary", "alibi")
+# The schemes that give a position past the length a model trained on, from a formula or from
+# key-query distances, so that it can be run on longer sequences (`extend_positions`); learned
+# positions are only the rows their table holds.
+EXTENDING_POSITIONS = ("none", "sinusoidal", "relative", "rotary", "alibi")
 # Which positional schemes each architecture can use: an RNN orders tokens by recurrence.
 ARCH_POSITIONS = {
     "decoder": POS_NAMES,

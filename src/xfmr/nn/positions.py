@@ -8,7 +8,8 @@ Each scheme has a `kind` saying where it acts, and implements the one hook that 
     rotary    `rotation(T)`         (cos, sin) that rotate q and k inside every attention layer
 
 The other two hooks return their input / None, so a stack calls all three without asking
-which kind it holds. Every hook takes `offset`, the position of the first token. Under a KV
+which kind it holds. A fourth, `extend(length)`, readies a scheme for sequences longer than it
+was built for (`extend_positions`): only a table has anything to do. Every hook takes `offset`, the position of the first token. Under a KV
 cache the T new queries attend to S >= T keys, the last of which is the newest query
 (`key_length`). With left-padded rows of different lengths, `embed` and `rotation` also take
 per-row `positions` (B, T); a bias needs none, because it sees only key - query differences,
@@ -53,6 +54,19 @@ class PositionScheme(nn.Module):
         self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
     ) -> Rotation | None:
         return None
+
+    def extend(self, length: int) -> None:
+        """Make room for `length` positions. Nothing to do for a scheme computed from positions
+        or distances at every forward; a table overrides it."""
+
+
+def extend_positions(model: nn.Module, length: int) -> None:
+    """Ready every positional scheme of `model` for sequences of `length` tokens, without
+    touching a trained weight: a sinusoid table grows (its first rows unchanged), a learned
+    table cannot and raises ValueError."""
+    for module in model.modules():
+        if isinstance(module, PositionScheme):
+            module.extend(length)
 
 
 def _key_positions(
@@ -106,11 +120,18 @@ class SinusoidalPositions(PositionScheme):
     ) -> None:
         super().__init__()
         self.max_positions = max_positions or 8192
+        self.scale = sinusoid_scale
         table = sinusoidal_table(self.max_positions, d_model) * sinusoid_scale
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return x + self.table[offset : offset + x.size(1)].to(x.dtype)
+        end = offset + x.size(1)
+        if end > self.max_positions:
+            raise ValueError(
+                f"sequence length {end} exceeds the sinusoid table's pos.max_positions="
+                f"{self.max_positions}: extend_positions(model, {end}) grows it"
+            )
+        return x + self.table[offset:end].to(x.dtype)
 
     def embed(
         self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
@@ -119,6 +140,15 @@ class SinusoidalPositions(PositionScheme):
             return self(x, offset)
         _check_table(positions, self.max_positions)
         return x + self.table[positions].to(x.dtype)  # (B, T, C)
+
+    def extend(self, length: int) -> None:
+        """Grow the table to `length` rows by the same formula; the rows it had are kept as
+        they were, bit for bit."""
+        if length <= self.max_positions:
+            return
+        more = sinusoidal_table(length, self.table.size(1))[self.max_positions :] * self.scale
+        self.table = torch.cat((self.table, more.to(self.table.device, self.table.dtype)))
+        self.max_positions = length
 
 
 class LearnedPositions(PositionScheme):
@@ -149,6 +179,14 @@ class LearnedPositions(PositionScheme):
             return self(x, offset)
         _check_table(positions, self.max_positions)
         return x + self.embedding(positions)  # (B, T, C)
+
+    def extend(self, length: int) -> None:
+        """A learned table has no rows past its end to give."""
+        if length > self.max_positions:
+            raise ValueError(
+                f"{length} positions exceed the {self.max_positions} learned positions "
+                f"(pos.max_positions); pos=learned cannot go past its table"
+            )
 
 
 def _check_table(positions: torch.Tensor, max_positions: int) -> None:

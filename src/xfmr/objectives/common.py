@@ -22,6 +22,14 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of each token (B, T), 0 where the label is IGNORE_INDEX; logits (B, T, V)."""
+    losses = F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    return losses.view(labels.shape)
+
+
 def bert_special_ids(tokenizer: TextTokenizer) -> tuple[int, int, int]:
     """The ids of `[PAD]`, `[CLS]` and `[SEP]`: what BERT's inputs `[CLS] A [SEP] (B [SEP])`
     are built and padded with."""

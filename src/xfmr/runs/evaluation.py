@@ -9,12 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
 from xfmr.generation import GenerationConfig
-from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.nn.positions import extend_positions
+from xfmr.objectives.common import IGNORE_INDEX, token_losses
 from xfmr.parts.build import data_module
 from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
 from xfmr.runs.loading import LoadedRun
@@ -32,13 +34,60 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
     return datamodule
 
 
+def fit_positions(run: LoadedRun, data_config: DictConfig) -> None:
+    """Ready the model's positional schemes for windows of `data.block_size` tokens, which may
+    be longer than the run trained on: a sinusoid table grows; a learned table that is too short
+    is a UserError (`xfmr.cli.eval.check_length` says so before torch loads, from the config)."""
+    length = data_config.get("block_size")
+    if length is None:
+        return
+    try:
+        extend_positions(run.model, int(length))
+    except ValueError as e:
+        raise UserError(f"data.block_size={length}: {e}") from None
+
+
+class PositionTotals:
+    """The loss summed at each position t of the batches' rows, and how many targets counted
+    there (labels != IGNORE_INDEX): a causal LM's loss given t + 1 tokens of context."""
+
+    def __init__(self) -> None:
+        self.sums = torch.zeros(0, dtype=torch.float64)
+        self.counts = torch.zeros(0, dtype=torch.int64)
+
+    def add(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """logits (B, T, V), labels (B, T); rows of another length than earlier ones pad."""
+        losses = token_losses(logits, labels).double().sum(0).cpu()  # (T,)
+        counts = (labels != IGNORE_INDEX).sum(0).cpu()  # (T,)
+        length = max(len(self.sums), len(losses))
+        self.sums = _pad_to(self.sums, length) + _pad_to(losses, length)
+        self.counts = _pad_to(self.counts, length) + _pad_to(counts, length)
+
+    def result(self) -> dict[str, list]:
+        """`loss`: the mean at each position (None where nothing counted); `targets`: counts."""
+        counts = self.counts.tolist()
+        sums = self.sums.tolist()
+        return {
+            "loss": [s / c if c else None for s, c in zip(sums, counts, strict=True)],
+            "targets": counts,
+        }
+
+
+def _pad_to(values: torch.Tensor, length: int) -> torch.Tensor:
+    return F.pad(values, (0, length - len(values)))
+
+
 @torch.no_grad()
-def evaluate_loss(run: LoadedRun, loader: Any, *, on_batch: Progress | None = None) -> dict:
+def evaluate_loss(
+    run: LoadedRun, loader: Any, *, on_batch: Progress | None = None, by_position: bool = False
+) -> dict:
     """Mean loss over every counted target (labels != IGNORE_INDEX) of `loader`, weighted as
     validation weights it; perplexity = exp(loss) for token-level objectives, the objective's
-    own metrics (e.g. accuracy) otherwise."""
+    own metrics (e.g. accuracy) otherwise. `by_position`: also the mean loss at each position
+    of the rows (`PositionTotals.result`), as `by_position`."""
     objective = run.objective
     metrics = None if objective.by_perplexity else objective.metrics()
+    positions = PositionTotals() if by_position else None
     total, counted, examples = 0.0, 0, 0
     for batch in loader:
         batch = {k: v.to(run.device) for k, v in batch.items()}
@@ -49,6 +98,8 @@ def evaluate_loss(run: LoadedRun, loader: Any, *, on_batch: Progress | None = No
         examples += len(batch["labels"])
         if metrics is not None:
             objective.update_metrics(metrics, logits.cpu(), {k: v.cpu() for k, v in batch.items()})
+        if positions is not None:
+            positions.add(logits, batch["labels"])
         if on_batch is not None:
             on_batch(len(batch["labels"]))
     if not counted:
@@ -59,6 +110,8 @@ def evaluate_loss(run: LoadedRun, loader: Any, *, on_batch: Progress | None = No
         result["perplexity"] = math.exp(loss)
     else:
         result.update({name: float(metric.compute()) for name, metric in metrics.items()})
+    if positions is not None:
+        result["by_position"] = positions.result()
     return result
 
 
