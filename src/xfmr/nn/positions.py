@@ -9,12 +9,12 @@ Each scheme has a `kind` saying where it acts, and implements the one hook that 
 
 The other two hooks return their input / None, so a stack calls all three without asking
 which kind it holds. A fourth, `extend(length)`, readies a scheme for sequences longer than it
-was built for (`extend_positions`): only a table has anything to do. Every hook takes `offset`, the position of the first token. Under a KV
-cache the T new queries attend to S >= T keys, the last of which is the newest query
-(`key_length`). With left-padded rows of different lengths, `embed` and `rotation` also take
-per-row `positions` (B, T); a bias needs none, because it sees only key - query differences,
-and within a row those are the same whether counted from the row's first real token or from
-column 0.
+was built for (`extend_positions`): only a table has anything to do. Every hook takes `offset`,
+the position of the first token. Under a KV cache the T new queries attend to S >= T keys,
+the last of which is the newest query (`key_length`). With left-padded rows of different
+lengths, `embed` and `rotation` also take per-row `positions` (B, T); a bias needs none,
+because it sees only key - query differences, and within a row those are the same whether
+counted from the row's first real token or from column 0.
 
 Adding a scheme: one class here, registered in POSITIONS, its name in
 `xfmr.nn.config.POS_NAMES`, and one YAML file in conf/pos/.
