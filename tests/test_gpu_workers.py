@@ -105,7 +105,7 @@ def _sweep(tmp_path: Path, *overrides: str, gpus: int, trainer: str = "{devices:
 
 
 def test_two_jobs_running_at_once_never_hold_the_same_gpu(tmp_path: Path) -> None:
-    result, jobs = _sweep(tmp_path, "x=1,2,3,4", "+sleep=0.3", "hydra.sweeper.workers=2", gpus=4)
+    result, jobs = _sweep(tmp_path, "x=1,2,3,4", "+sleep=1", "hydra.sweeper.workers=2", gpus=4)
     assert result.returncode == 0, result.output
     assert "sweep: GPUs per job 0,1 | 2,3" in result.output
     assert len(jobs) == 4
@@ -134,3 +134,27 @@ def test_a_cpu_sweep_gives_its_jobs_no_gpus(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.output
     assert [job["cuda_visible_devices"] for job in jobs] == [None] * 3
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two CUDA GPUs")
+def test_a_real_two_gpu_sweep_runs_one_job_per_gpu(tmp_path: Path, corpus: Path) -> None:
+    from conftest import TINY
+
+    sweep = tmp_path / "sweep"
+    args = [*TINY, "data=text", f"data.path={corpus}", "trainer.accelerator=gpu"]
+    args += ["-m", "seed=1,2,3,4", "hydra.sweeper.workers=2", f"hydra.sweep.dir={sweep}"]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.output
+    jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]
+    given = [json.loads((Path(j["dir"]) / "results.json").read_text()) for j in jobs]
+    share = _gpu_count() // 2
+    for results in given:
+        assert len(results["cuda_visible_devices"].split(",")) == share
+        assert results["precision"] in ("bf16-mixed", "16-mixed")  # auto, on a GPU
+    assert len({r["cuda_visible_devices"] for r in given}) == 2
