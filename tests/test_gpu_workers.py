@@ -158,3 +158,17 @@ def test_a_real_two_gpu_sweep_runs_one_job_per_gpu(tmp_path: Path, corpus: Path)
         assert len(results["cuda_visible_devices"].split(",")) == share
         assert results["precision"] in ("bf16-mixed", "16-mixed")  # auto, on a GPU
     assert len({r["cuda_visible_devices"] for r in given}) == 2
+
+
+def test_visible_gpus_come_from_the_simulation_then_cuda_visible_devices(monkeypatch) -> None:
+    from xfmr.devices import visible_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert visible_gpus() == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,-1,4")  # CUDA stops at the first invalid id
+    assert visible_gpus() == ["3"]
+    monkeypatch.setenv("XFMR_VISIBLE_GPUS", "3")
+    assert visible_gpus() == ["0", "1", "2"]
+    monkeypatch.setenv("XFMR_VISIBLE_GPUS", "many")
+    with pytest.raises(ValueError, match="XFMR_VISIBLE_GPUS='many'"):
+        visible_gpus()

@@ -79,7 +79,11 @@ def sweep_gpus(config: Any, workers: int, *, share: bool) -> GpuGroups | None:
     accelerator = str(trainer.get("accelerator") or "auto")
     if accelerator not in GPU_ACCELERATORS:
         return None
-    return divide_gpus(visible_gpus(), workers, trainer.get("devices", "auto"), share=share)
+    try:
+        visible = visible_gpus()
+    except ValueError as e:  # a simulated count that is not a number
+        raise UserError(str(e)) from None
+    return divide_gpus(visible, workers, trainer.get("devices", "auto"), share=share)
 
 
 class GpuPool:
