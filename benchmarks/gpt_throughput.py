@@ -268,10 +268,13 @@ class ProfileSteps(L.Callback):
     """Profiles `steps` training steps after `skip` (and one warm-up step), data loading
     included: the profiler steps at each batch end. Prints the breakdown when training ends."""
 
-    def __init__(self, *, skip: int, steps: int) -> None:
+    def __init__(self, *, skip: int, steps: int, cuda: bool = False) -> None:
         self.steps = steps
+        self.cuda = cuda  # time on the GPU's kernels, not the CPU's launches
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        activities += [torch.profiler.ProfilerActivity.CUDA] if cuda else []
         self.profiler = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
+            activities=activities,
             schedule=torch.profiler.schedule(wait=skip, warmup=1, active=steps, repeat=1),
         )
 
@@ -283,7 +286,7 @@ class ProfileSteps(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.profiler.stop()
-        print_profile(self.profiler, self.steps)
+        print_profile(self.profiler, self.steps, cuda=self.cuda, precision=trainer.precision)
 
 
 # Operator name fragments -> where a step's time goes; the first match wins.
@@ -300,20 +303,26 @@ PROFILE_GROUPS = (
 )
 
 
-def print_profile(profiler, steps: int) -> None:
+def print_profile(
+    profiler, steps: int, *, cuda: bool = False, precision: str = "bf16-mixed"
+) -> None:
     averages = profiler.key_averages()
-    total = sum(event.self_cpu_time_total for event in averages)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    total = sum(getattr(event, key) for event in averages)
     groups: dict[str, float] = {}
     for event in averages:
         name = event.key.lower()
         group = next((g for g, parts in PROFILE_GROUPS if any(p in name for p in parts)), "other")
-        groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total
-    print(f"\nbf16-mixed step, {steps} steps profiled: {total / steps / 1000:.1f} ms/step of ops")
+        groups[group] = groups.get(group, 0.0) + getattr(event, key)
+    where = "GPU kernels" if cuda else "ops"
+    print(
+        f"\n{precision} step, {steps} steps profiled: {total / steps / 1000:.1f} ms/step of {where}"
+    )
     print("\n| where | ms/step | share |\n|---|---:|---:|")
     for group, micros in sorted(groups.items(), key=lambda item: -item[1]):
         print(f"| {group} | {micros / steps / 1000:.1f} | {micros / total:.1%} |")
     print()
-    print(averages.table(sort_by="self_cpu_time_total", row_limit=25))
+    print(averages.table(sort_by=key, row_limit=25))
 
 
 def main() -> None:

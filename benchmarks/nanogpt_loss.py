@@ -132,16 +132,17 @@ def run_nanogpt(copy: Path, steps: int, seed: int) -> dict:
     }
 
 
-def validation_blocks(xfmr_run: Path):
+def validation_blocks(xfmr_run: Path, device: str = "cpu"):
     """xfmr's validation batches of the run's data, and the run loaded at its last step."""
-    run = load_run(xfmr_run, checkpoint="last")
+    run = load_run(xfmr_run, checkpoint="last", device=device)
     datamodule = attach_data(run, run.config.data)
     return run, datamodule.val_dataloader()
 
 
 @torch.no_grad()
-def nanogpt_loss(copy: Path, checkpoint: Path, xfmr_run, loader) -> float:
-    """Loss of nanoGPT's checkpoint over every target token of xfmr's validation blocks."""
+def nanogpt_loss(copy: Path, checkpoint: Path, xfmr_run, loader, device: str = "cpu") -> float:
+    """Loss of nanoGPT's checkpoint over every target token of xfmr's validation blocks, in
+    float32 on `device`."""
     sys.path.insert(0, str(copy))
     from model import GPT, GPTConfig  # nanoGPT's own model class, from the copy
 
@@ -149,7 +150,7 @@ def nanogpt_loss(copy: Path, checkpoint: Path, xfmr_run, loader) -> float:
     model = GPT(GPTConfig(**saved["model_args"]))
     prefix = "_orig_mod."
     model.load_state_dict({k.removeprefix(prefix): v for k, v in saved["model"].items()})
-    model.eval()
+    model.to(device).eval()
     with open(copy / "data" / "shakespeare_char" / "meta.pkl", "rb") as f:
         stoi = pickle.load(f)["stoi"]
     # xfmr id -> nanoGPT id, through the character; -1 for xfmr's own specials.
@@ -161,10 +162,13 @@ def nanogpt_loss(copy: Path, checkpoint: Path, xfmr_run, loader) -> float:
         targets = torch.where(labels == IGNORE_INDEX, -1, to_nanogpt[labels.clamp(min=0)])
         if (inputs < 0).any() or ((targets < 0) & (labels != IGNORE_INDEX)).any():
             sys.exit("a validation block holds a character nanoGPT's vocabulary lacks")
-        logits, _ = model(inputs, targets)  # with targets: logits at every position
+        logits, _ = model(inputs.to(device), targets.to(device))  # with targets: every position
         total += float(
             F.cross_entropy(
-                logits.flatten(0, 1), targets.flatten(), reduction="sum", ignore_index=-1
+                logits.flatten(0, 1).float(),
+                targets.to(device).flatten(),
+                reduction="sum",
+                ignore_index=-1,
             )
         )
         counted += int((targets >= 0).sum())

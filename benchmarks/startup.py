@@ -97,9 +97,11 @@ def table(runs: list[dict[str, float]], overrides: list[str]) -> None:
 
     first, then = runs[0], runs[1:] or runs
     print(f"xfmr-train {' '.join(overrides) or '(default experiment)'}: command to first step")
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.2f}; 'then': median of {len(then)} starts")
-    print(f"| phase | first start (s) | then (s) |\n|---|---:|---:|")
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.2f}; 'then': median of {len(then)} starts"
+    )
+    print("| phase | first start (s) | then (s) |\n|---|---:|---:|")
     for name, a, b in PHASES:
         later = statistics.median(seconds(m, a, b) for m in then)
         print(f"| {name} | {seconds(first, a, b):.2f} | {later:.2f} |")

@@ -54,7 +54,10 @@ def test_grid_records_every_failure_and_runs_every_other_job(tmp_path: Path, cor
             "+scenario=raise,exit,kill,infinite,ok",
         ],
         tmp_path,
-        env={"PYTHONPATH": TESTS_DIR},
+        # The caller's PYTHONPATH kept: a checkout other than the installed one stays first.
+        env={
+            "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
+        },
     )
     assert result.returncode == 1, result.output  # failures make the sweep exit non-zero
     summary = _sweep_summary(sweep)

@@ -10,11 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
+from xfmr.devices import cuda_driver_loaded
 from xfmr.errors import UserError
 from xfmr.nn.config import EXTENDING_POSITIONS, ModelConfig
 from xfmr.objectives.registry import (
@@ -50,6 +51,7 @@ def check_config(cfg: DictConfig) -> None:
     check_run_length(cfg)
     # Last: on a GPU machine these may import torch to count devices or ask for bfloat16.
     check_devices(cfg)
+    resolve_precision(cfg)
     check_precision(cfg)
 
 
@@ -217,13 +219,41 @@ PRECISIONS = (
 )
 
 
+AUTO_PRECISION = "auto"
+
+
+def resolve_precision(cfg: DictConfig) -> str:
+    """`trainer.precision=auto` (the default) becomes the precision the run's device trains
+    in best: 32-true on a CPU (every CPU figure as it was), bf16-mixed on a GPU with bfloat16
+    (Ampere and later), 16-mixed (float16 with loss scaling) on one without. Set in `cfg`, so
+    the saved config, DDP workers and results.json name the precision chosen."""
+    precision = str(cfg.trainer.get("precision"))
+    if precision == AUTO_PRECISION:
+        precision = device_precision(str(cfg.trainer.get("accelerator") or "auto"))
+        with open_dict(cfg.trainer):
+            cfg.trainer.precision = precision
+    return precision
+
+
+def device_precision(accelerator: str) -> str:
+    """The precision `trainer.precision=auto` picks on `accelerator`."""
+    if accelerator not in ("gpu", "cuda", "auto") or not cuda_driver_loaded():
+        return "32-true"
+    import torch  # only where a GPU may be: has it bfloat16?
+
+    if not torch.cuda.is_available():
+        return "32-true"
+    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+
+
 def check_precision(cfg: DictConfig) -> None:
     """A precision Lightning knows, which the device can run: no float16 on a CPU (its matmuls
     run in software there, some hundred times slower than float32, where bfloat16 has fast
     kernels and float32's range), no bfloat16 on a GPU without it (before Ampere)."""
     precision = str(cfg.trainer.get("precision"))
     if precision not in PRECISIONS:
-        raise UserError(f"trainer.precision={precision!r} is not one of {list(PRECISIONS)}")
+        valid = [AUTO_PRECISION, *PRECISIONS]
+        raise UserError(f"trainer.precision={precision!r} is not one of {valid}")
     accelerator = str(cfg.trainer.get("accelerator"))
     if precision in FLOAT16_PRECISIONS and _runs_on_cpu(accelerator):
         raise UserError(

@@ -41,6 +41,9 @@ class XfmrLauncherConf:
     # Not the entry point's module: each job runs it again as its __main__, as spawn does.
     start_method: str = "forkserver"
     preload: list[str] = field(default_factory=lambda: ["torch", "lightning", "xfmr.training.run"])
+    # With GPUs, each running job has GPUs of its own (CUDA_VISIBLE_DEVICES); true lets more
+    # jobs run at once than there are GPUs, several jobs to a GPU.
+    share_gpus: bool = False
 
 
 ConfigStore.instance().store(
@@ -90,6 +93,7 @@ class XfmrLauncher(Launcher):
         self.hydra_context: Any = None
         self.task_function: Any = None
         self.config: Any = None
+        self.gpu_pool: Any = None  # set by the sweep (xfmr.sweeps.sweep.use_gpus)
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from xfmr.cli.common import fail
@@ -117,6 +121,7 @@ class XfmrLauncher(Launcher):
                 num,
                 start_method=self.settings.start_method,
                 preload=tuple(self.settings.preload),
+                gpus=self.gpu_pool,
             )
             for num, o in enumerate(job_overrides, start=initial_job_idx)
         ]

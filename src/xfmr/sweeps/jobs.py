@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import threading
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from xfmr.files import write_json
+from xfmr.sweeps.gpus import GpuPool
 from xfmr.sweeps.processes import run_in_child, stop_job_server
 from xfmr.sweeps.search import is_finite
 
@@ -153,23 +155,26 @@ def launch_job(
     *,
     start_method: str = "forkserver",
     preload: tuple[str, ...] = (),
+    gpus: GpuPool | None = None,
 ):
-    """xfmr's launcher: job `num` in a child process, its output in its log; a `JobReturn`
-    that says how it ended (failed: its return value is a `JobFailed` with the one-line
-    reason)."""
+    """xfmr's launcher: job `num` in a child process, its output in its log, its GPUs (a group
+    of `gpus`, held while it runs) in its CUDA_VISIBLE_DEVICES; a `JobReturn` that says how it
+    ended (failed: its return value is a `JobFailed` with the one-line reason)."""
     from hydra.core.utils import JobReturn, JobStatus
 
     sweep_config = _job_config(hydra_context.config_loader, config, overrides, num, take=True)
     log_path = job_log_path(_sweep_subdir(sweep_config), sweep_config)
     log_once(sweep_config, log_path)
-    ok, value = run_in_child(
-        hydra_context,
-        task_function,
-        sweep_config,
-        log_path=log_path,
-        start_method=start_method,
-        preload=preload,
-    )
+    with gpus.held() if gpus else nullcontext(None) as group:
+        ok, value = run_in_child(
+            hydra_context,
+            task_function,
+            sweep_config,
+            log_path=log_path,
+            start_method=start_method,
+            preload=preload,
+            environ=None if group is None else {"CUDA_VISIBLE_DEVICES": ",".join(group)},
+        )
     return JobReturn(
         overrides=list(overrides),
         status=JobStatus.COMPLETED if ok else JobStatus.FAILED,

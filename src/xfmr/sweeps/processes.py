@@ -28,9 +28,11 @@ def run_in_child(
     log_path: Path,
     start_method: str = "forkserver",
     preload: tuple[str, ...] = (),
+    environ: dict[str, str] | None = None,
 ) -> tuple[bool, Any]:
-    """Run one Hydra job in a process of its own, its stdout and stderr in `log_path`.
-    Returns (ok, the task's return value or the one-line reason it failed)."""
+    """Run one Hydra job in a process of its own, its stdout and stderr in `log_path`, with the
+    sweep's environment and `environ` over it (the job's GPUs). Returns (ok, the task's
+    return value or the one-line reason it failed)."""
     import cloudpickle
     from hydra.core.singleton import Singleton
 
@@ -45,7 +47,7 @@ def run_in_child(
             task_function,
             sweep_config,
             Singleton.get_state(),
-            dict(os.environ),
+            {**os.environ, **(environ or {})},
             str(log_path),
         )
     )

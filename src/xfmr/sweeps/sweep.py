@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
 from xfmr.run_dir.files import make_writable_dir
+from xfmr.sweeps.gpus import GpuPool, sweep_gpus
 from xfmr.sweeps.jobs import divide_threads, end_of_jobs
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
@@ -36,6 +37,7 @@ def run_sweep(
     if direction not in ("minimize", "maximize"):
         raise UserError(f"hydra.sweeper.direction={direction!r}; valid: minimize, maximize")
     _check_workers(launcher, sweeper.workers)
+    use_gpus(launcher, config, int(sweeper.workers))
     divide_threads(int(sweeper.workers))
     prepare_loggers(config)
     runner = JobRunner(launcher, hydra_context.config_loader, config, metric)
@@ -91,6 +93,20 @@ def _check_workers(launcher: Any, workers: Any) -> None:
             "hydra.sweeper.workers>1 needs jobs in processes of their own: use xfmr's "
             "launcher (the default) or hydra/launcher=submitit_local|submitit_slurm"
         )
+
+
+def use_gpus(launcher: Any, config: DictConfig, workers: int) -> None:
+    """xfmr's launcher gives each job its GPUs; a request the visible GPUs cannot meet is
+    refused here, before any job starts. (Another launcher places its jobs itself: submitit's
+    `gpus_per_node`.)"""
+    if not hasattr(launcher, "gpu_pool"):
+        return
+    share = bool(getattr(launcher.settings, "share_gpus", False))
+    groups = sweep_gpus(config, workers, share=share)
+    launcher.gpu_pool = GpuPool(groups) if groups else None
+    if groups:
+        listed = " | ".join(",".join(group) for group in groups.groups)
+        log.info("sweep: GPUs per job %s%s", listed, " (shared)" if groups.shared else "")
 
 
 def prepare_loggers(config: DictConfig) -> None:

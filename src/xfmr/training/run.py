@@ -6,6 +6,7 @@ Kept apart from the Hydra entry point so DDP workers, tests and notebooks call t
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from xfmr.checks import resolve_precision
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
 from xfmr.parts.build import Parts, Plan, build_parts, plan_training
@@ -49,6 +51,7 @@ def train(
     locked while it trains (`xfmr.run_dir.lock`): one training process per directory.
     """
     run_dir = Path(cfg.paths.output_dir)
+    resolve_precision(cfg)  # trainer.precision=auto, where a caller skipped check_config
     plan = plan_training(cfg, run_dir)  # a missing init_from fails before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     # DDP workers, and the other ranks of a run launched by torchrun or SLURM, train beside rank 0.
@@ -367,6 +370,9 @@ def summarize(
         "peak_flops": round(summary.peak_flops) if summary.peak_flops else None,
         "mfu": round(mfu, 5) if mfu is not None else None,
         "world_size": trainer.world_size,
+        "precision": str(trainer.precision),  # as trainer.precision=auto chose it
+        # The GPUs the run was given (a sweep's job: its group), as the process saw them.
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),
         "n_parameters": sum(p.numel() for p in module.model.parameters()),
         "overrides": list(overrides),
