@@ -44,6 +44,44 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
     assert _heavy_modules_loaded(["--help"], tmp_path) == [], "--help must not load torch/Lightning"
 
 
+def _hydras_help(argv: list[str], capsys) -> str:
+    """What Hydra's own `--help` prints for `argv`, in this process."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import xfmr.cli.train as cli
+
+    capsys.readouterr()
+    saved = sys.argv
+    sys.argv = ["xfmr-train", *argv]
+    try:
+        with pytest.raises(SystemExit):  # Hydra's help ends the process
+            cli._train_app()
+    finally:
+        sys.argv = saved
+        GlobalHydra.instance().clear()
+    return capsys.readouterr().out
+
+
+def test_help_is_hydras_help_written_from_the_config_files(tmp_path: Path, capsys) -> None:
+    from xfmr.cli.train import help_text
+
+    extra = tmp_path / "mine"
+    (extra / "pos").mkdir(parents=True)
+    (extra / "pos" / "mine.yaml").write_text("name: rotary\n")
+    (extra / "probe" / "deep").mkdir(parents=True)
+    (extra / "probe" / "deep" / "one.yaml").write_text("a: 1\n")
+    for argv in (["--help"], ["--config-dir", str(extra), "--help"], ["size=tiny", "--help"]):
+        ours = help_text(argv, config_dir())
+        assert ours is not None, argv
+        assert ours + "\n" == _hydras_help(argv, capsys), argv
+    assert "pos: alibi, learned, mine, none" in help_text(
+        ["--config-dir", str(extra), "--help"], config_dir()
+    )
+    # What only Hydra knows is left to it.
+    for argv in (["--hydra-help"], ["--help", "hydra/help=default"], ["--cfg", "job"], ["a"]):
+        assert help_text(argv, config_dir()) is None, argv
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
