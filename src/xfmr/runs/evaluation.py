@@ -5,14 +5,19 @@ decoded, detokenized outputs against the raw reference lines (sacreBLEU's 13a to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
+from xfmr.files import atomic_write_text
 from xfmr.generation import GenerationConfig
 from xfmr.objectives.common import IGNORE_INDEX
 from xfmr.parts.build import data_module
@@ -20,6 +25,64 @@ from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
 from xfmr.runs.loading import LoadedRun
 
 Progress = Callable[[int], None]  # called with how many examples were just done
+# A progress display for `total` items under a description, yielding its Progress.
+ProgressBar = Callable[[int, str], AbstractContextManager[Progress]]
+
+
+@contextmanager
+def no_progress(total: int, description: str) -> Iterator[Progress]:
+    yield lambda done: None
+
+
+def evaluation_report(
+    run: LoadedRun,
+    data_config: DictConfig,
+    *,
+    config: GenerationConfig,
+    batch_size: int,
+    seed: int,
+    bleu: bool,
+    outputs: Path,
+    progress: ProgressBar = no_progress,
+) -> dict[str, Any]:
+    """xfmr-eval's report: loss and the objective's metrics on the validation split of
+    `data_config`, and for a seq2seq run (with `bleu`) corpus BLEU of its decoded outputs,
+    which are written to `outputs`."""
+    started = time.time()
+    torch.manual_seed(seed)  # the objective's draws while batching (masking, corruption)
+    datamodule = attach_data(run, data_config)
+    loader = datamodule.val_dataloader()
+    with progress(len(loader.dataset), "loss") as advance:
+        metrics = evaluate_loss(run, loader, on_batch=advance)
+    report = {
+        "run_dir": str(run.files.run_dir),
+        "checkpoint": str(run.files.checkpoint),
+        "global_step": run.global_step,
+        "objective": getattr(run.objective, "name", type(run.objective).__name__),
+        "data": OmegaConf.to_container(data_config, resolve=True),
+        "seed": seed,
+        **metrics,
+        **coverage(datamodule),
+        "generation": {**asdict(config), "batch_size": batch_size},
+    }
+    if bleu and report["objective"] == "seq2seq":
+        with progress(len(datamodule.val_pairs), "decoding") as advance:
+            decoded, references = translate_validation(
+                run, datamodule, config=config, batch_size=batch_size, on_batch=advance
+            )
+        decoded = [line.replace("\n", " ") for line in decoded]  # one output per line
+        atomic_write_text(outputs, "".join(f"{line}\n" for line in decoded))
+        report.update(
+            bleu=corpus_bleu(decoded, references), bleu_tokenize="13a", outputs=str(outputs)
+        )
+    report["wall_time_s"] = round(time.time() - started, 3)
+    return report
+
+
+def coverage(datamodule: Any) -> dict:
+    """How much of the validation split the figures read, for data that reads a budget."""
+    read = getattr(datamodule, "val_coverage", None)
+    return {"val_coverage": read()} if read is not None else {}
 
 
 def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
