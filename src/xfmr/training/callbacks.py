@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from xfmr.training.throughput import TrainingFlops, measured_peak_flops, mfu, precision_dtype
 
@@ -252,6 +253,14 @@ class NotebookStepProgressBar(TQDMProgressBar):
         bar = super().init_train_tqdm()
         bar.set_description("step")
         return bar
+
+    # One bar: the step bar shows val/loss when a validation ends. Validation's nested bars move
+    # the cursor up and down, which a notebook's output does not follow, so each left a line.
+    def init_sanity_tqdm(self) -> Any:
+        return Tqdm(disable=True)
+
+    def init_validation_tqdm(self) -> Any:
+        return Tqdm(disable=True)
 
     def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.max_steps <= 0:
