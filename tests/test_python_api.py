@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 import xfmr
 from conftest import CORPUS, TINY, run_cli
-from xfmr.errors import RunInterrupted, UserError
+from xfmr.errors import RunFailed, RunInterrupted, UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -159,6 +159,13 @@ def test_a_refused_config_leaves_no_run_directory_and_the_config_as_given(tmp_pa
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserError, match="takes an experiment from xfmr.compose"):
         xfmr.train(experiment.config)
+
+
+def test_a_failed_run_raises_with_the_run_and_its_reason(tmp_path: Path) -> None:
+    with pytest.raises(RunFailed, match="loss is nan") as failed:
+        xfmr.train(xfmr.compose(*tiny(tmp_path, "optim.lr=1e30")))
+    assert failed.value.run.status == "failed"
+    assert "loss is nan" in failed.value.run.results["reason"]
 
 
 class InterruptAt(L.Callback):

@@ -50,7 +50,8 @@ def train(experiment: Experiment) -> Run:
     Raises:
         UserError: the config, data or a checkpoint is refused (the command line's message);
             a run directory made for it is removed again.
-        RunFailed: training stopped (e.g. the loss stopped being a number); `.run` is the run.
+        RunFailed: training stopped (e.g. the loss stopped being a number); `.run` is the run
+            (its results.json says why).
         RunInterrupted: Ctrl-C (or SIGTERM) stopped it after saving its state; `.run` is the
             run.
     """
@@ -76,12 +77,20 @@ def train(experiment: Experiment) -> Run:
     except RunInterrupted as e:
         stopped = e.stopped or str(e).split("; resume with:")[0]
         error = RunInterrupted(f"{stopped}; train the same experiment again to resume it")
-        error.stopped, error.run = stopped, Run(run_dir)
+        error.stopped, error.run = stopped, _opened(run_dir)
         raise error from None
     except RunFailed as e:
-        e.run = Run(run_dir)
+        e.run = _opened(run_dir)
         raise
     return Run(run_dir)
+
+
+def _opened(run_dir: Path) -> Run | None:
+    """The run, if it got as far as writing its config."""
+    try:
+        return Run(run_dir)
+    except UserError:
+        return None
 
 
 def fit_checked(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any] | None:
