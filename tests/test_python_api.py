@@ -51,7 +51,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> xfmr.Run:
 def test_import_xfmr_and_compose_load_neither_torch_nor_lightning() -> None:
     probe = (
         "import sys, xfmr\n"
-        "assert xfmr.compose is xfmr.api.compose\n"
+        "import xfmr.api.training\n"  # as xfmr-train does, before anyone asks for a name
+        "assert xfmr.compose is xfmr.compose is xfmr.api.compose and callable(xfmr.compose)\n"
+        "assert callable(xfmr.compare) and callable(xfmr.compare)\n"
         "xfmr.compose('size=tiny')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'pandas'}))"
     )

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from xfmr.api.compose import tool_config
+from xfmr.api.composing import tool_config
 from xfmr.errors import UserError
 from xfmr.generation.config import GenerationConfig, generation_settings
 from xfmr.run_dir.files import (

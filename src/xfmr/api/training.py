@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from xfmr.api.compose import TASK_NAME, Experiment
+from xfmr.api.composing import TASK_NAME, Experiment
 from xfmr.api.runs import Run
 from xfmr.checks import check_config
 from xfmr.errors import RunFailed, RunInterrupted, UserError

@@ -14,7 +14,6 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from xfmr.api.training import fit_checked
 from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
 from xfmr.cli.run_dir import discard_unused_run_dir
@@ -40,6 +39,8 @@ def train_job(cfg: DictConfig) -> float | None:
     """One Hydra job: check, train, and return the optimized metric. A module-level function,
     so xfmr's launcher can send it to the child process a sweep's job runs in."""
     from hydra.core.hydra_config import HydraConfig
+
+    from xfmr.api.training import fit_checked
 
     hydra_cfg = HydraConfig.get()
     # Unresolved: an override may itself be an interpolation ("a=${b}").
