@@ -223,19 +223,18 @@ def test_learned_positions_past_their_table_are_refused_in_one_line(
 
 
 def test_by_position_is_for_causal_lm_runs() -> None:
-    from xfmr.cli.eval import wants_by_position
     from xfmr.errors import UserError
+    from xfmr.runs.evaluation_data import wants_by_position
 
     def run(objective: str):
         return OmegaConf.create({"objective": {"_target_": f"xfmr.objectives.{objective}"}})
 
     clm, mlm = run("clm.CausalLMObjective"), run("mlm.MaskedLMObjective")
     for asked, on_clm, on_mlm in ((None, True, False), (False, False, False)):
-        cfg = OmegaConf.create({"by_position": asked})
-        assert wants_by_position(cfg, clm) is on_clm
-        assert wants_by_position(cfg, mlm) is on_mlm
-    assert wants_by_position(OmegaConf.create({"by_position": True}), clm)
+        assert wants_by_position(asked, clm) is on_clm
+        assert wants_by_position(asked, mlm) is on_mlm
+    assert wants_by_position(True, clm)
     with pytest.raises(UserError, match="objective is mlm"):
-        wants_by_position(OmegaConf.create({"by_position": True}), mlm)
+        wants_by_position(True, mlm)
     with pytest.raises(UserError, match="by_position='yes'"):
-        wants_by_position(OmegaConf.create({"by_position": "yes"}), clm)
+        wants_by_position("yes", clm)

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import compose_config
-from xfmr.cli.eval import data_with_overrides
+from xfmr.runs.evaluation_data import data_with_overrides
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 

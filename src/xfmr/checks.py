@@ -6,6 +6,7 @@ Each failure is one `UserError` naming the key, the value and what would be vali
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,13 @@ def check_config(cfg: DictConfig) -> None:
     check_numbers(cfg)
     check_init_from(cfg.get("init_from"))
     model = model_config(cfg, vocab_size=1)
-    if not cfg.get("init_from"):  # else the checkpoint decides the model; the run checks it
+    # A Hugging Face checkpoint decides the model (`xfmr.parts.transfer`), which the run checks;
+    # otherwise the config does, and an xfmr init_from must agree with it.
+    if not str(cfg.get("init_from") or "").startswith("hf:"):
         check_objective(cfg, model)
         check_positions(cfg, model)
         check_resume(cfg, model)
+        check_init_model(cfg.get("init_from"), model)
     check_tokenizer(cfg)
     check_masking(cfg)
     check_data(cfg)
@@ -356,6 +360,88 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
             f"with a different model ({detail}): keep the model settings to resume, or give "
             "another hydra.run.dir for a new run"
         )
+
+
+# What a fine-tuning run may change about the model it starts from: regularisation, the fresh
+# tensors' scale, the head's tying, depth (extra layers start fresh, missing ones are skipped), the
+# vocabulary (the source's tokenizer plus the objective's tokens), segments and the size of a
+# position table. Every other key changes what a loaded tensor computes, so it must agree.
+_FREE_WHEN_INITIALISING = frozenset(
+    {
+        "vocab_size",
+        "dropout",
+        "attn_dropout",
+        "init_std",
+        "tie_embeddings",
+        "share_embeddings",
+        "n_layers",
+        "n_decoder_layers",
+        "type_vocab_size",
+        "pos.max_positions",
+    }
+)
+
+
+def check_init_model(init_from: str | None, model: ModelConfig) -> None:
+    """`init_from` an xfmr run (its directory, a .ckpt in it, or an xfmr-export .safetensors):
+    the weights were trained as a model the config must describe, key for key, except what
+    fine-tuning may change. Read without torch; a source that cannot be read is left to the run,
+    which names what is missing."""
+    if not init_from:
+        return
+    trained = _trained_model(Path(str(init_from)).expanduser())
+    if trained is None:
+        return
+    ours = _flat(model.to_dict())
+    differs = sorted(
+        k
+        for k in set(trained) | set(ours)
+        if k not in _FREE_WHEN_INITIALISING and trained.get(k) != ours.get(k)
+    )
+    if differs:
+        detail = ", ".join(
+            f"{k if k.startswith('pos.') else 'model.' + k}: trained {trained.get(k)!r} vs "
+            f"config {ours.get(k)!r}"
+            for k in differs
+        )
+        raise UserError(
+            f"init_from={str(init_from)!r} was trained as another model ({detail}): set these "
+            "as it was trained, or start without init_from"
+        )
+
+
+def _trained_model(source: Path) -> dict[str, Any] | None:
+    """The model an xfmr init_from source was trained as, flattened (`pos.name`), or None."""
+    try:
+        if source.suffix == ".safetensors" and source.is_file():
+            return _flat(_exported_model_config(source))
+        run_dir = source if source.is_dir() else source.parent.parent
+        saved = OmegaConf.load(run_dir / "config.yaml")
+        return _flat(model_config(saved, vocab_size=1).to_dict())
+    except (OmegaConfBaseException, UserError, ValueError, TypeError, KeyError, OSError):
+        return None
+
+
+_SAFETENSORS_HEADER_LIMIT = 100_000_000  # the format's own limit on a header
+
+
+def _exported_model_config(path: Path) -> dict[str, Any]:
+    """The model config in an xfmr-export file's header: 8 bytes of length, then JSON whose
+    `__metadata__.model_config` is itself JSON (the safetensors format; no torch needed)."""
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        if length > _SAFETENSORS_HEADER_LIMIT:
+            raise ValueError(f"a header of {length} bytes")
+        header = json.loads(file.read(length))
+    return json.loads(header["__metadata__"]["model_config"])
+
+
+def _flat(values: dict[str, Any]) -> dict[str, Any]:
+    pos = values.get("pos") or {}
+    return {
+        **{k: v for k, v in values.items() if k != "pos"},
+        **{f"pos.{k}": v for k, v in pos.items()},
+    }
 
 
 def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:

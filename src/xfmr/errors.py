@@ -14,8 +14,10 @@ class RunFailed(Exception):
 
 
 class RunInterrupted(Exception):
-    """A run stopped by a signal (SIGINT, SIGTERM) after saving its state: the message says
-    where, and the command that resumes it."""
+    """A run stopped by a signal (SIGINT, SIGTERM) or a KeyboardInterrupt after saving its
+    state: the message says where, and the command that resumes it (`stopped`: where alone)."""
+
+    stopped: str = ""
 
 
 class DiskFull(RunFailed):

@@ -14,24 +14,15 @@ from typing import TYPE_CHECKING, NoReturn
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
+from xfmr.runs.compare.comparison import compare_runs
 from xfmr.runs.compare.formats import FORMATS, render
-from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
-from xfmr.runs.compare.table import (
-    SEED,
-    Ranking,
-    Table,
-    baseline_setting,
-    differing_keys,
-    group_table,
-    grouping_keys,
-    run_table,
-)
+from xfmr.runs.compare.runs import Run
+from xfmr.runs.compare.table import SEED, Ranking, Table, differing_keys
 
 if TYPE_CHECKING:  # Optuna loads only when importance is computed
     from xfmr.runs.compare.importance import Importance
 
 PROG = "xfmr-compare"
-DEFAULT_METRIC = "val/loss"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 TEXT_FORMATS = ("table", "markdown")  # for a person: the importance table follows the main one
 EXAMPLES = """examples:
@@ -101,18 +92,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    runs = find_runs(args.paths)
-    metric = choose_metric(runs, args.metric)
-    ranking = Ranking(metric, args.mode or sweep_direction(runs, metric) or "min")
-    keys = grouping_keys(runs, args.group_by, args.no_group)
-    if args.baseline is not None:
-        if args.no_group:
-            raise UserError(f"--baseline {args.baseline}: compares settings; drop --no-group")
-        keys = keys if keys is not None else [k for k in differing_keys(runs) if k != SEED]
-    per_run = run_table(runs, ranking)
-    baseline = None if args.baseline is None else baseline_setting(runs, keys, args.baseline)
-    grouped = None if keys is None else group_table(runs, keys, ranking, baseline)
-    tables = [per_run] if grouped is None else [grouped, per_run]
+    found = compare_runs(
+        args.paths,
+        metric=args.metric,
+        mode=args.mode,
+        group_by=args.group_by,
+        no_group=args.no_group,
+        baseline=args.baseline,
+    )
+    runs, ranking, keys, tables = found.runs, found.ranking, found.keys, found.tables
     render(tables[0], args.format)
     importance = (
         weigh_parameters(runs, ranking) if args.format in TEXT_FORMATS or args.html else None
@@ -122,21 +110,10 @@ def compare(args: argparse.Namespace) -> None:
     if args.plot:
         from xfmr.runs.compare.figures import metric_curves, save_curves_png
 
-        save_curves_png(metric_curves(runs, metric, keys), metric, args.plot)
+        save_curves_png(metric_curves(runs, ranking.metric, keys), ranking.metric, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.html:
         write_html(args.html, tables, runs, ranking, keys, importance)
-
-
-def choose_metric(runs: list[Run], requested: str | None) -> str:
-    """`--metric` if some run has it; else the metric the runs optimized."""
-    if requested is None:
-        return optimized_metric(runs) or DEFAULT_METRIC
-    available = metric_names(runs)
-    if requested not in available:
-        have = ", ".join(available) or "none (no run has validated yet)"
-        raise UserError(f"--metric {requested}: no run has it; the runs have: {have}")
-    return requested
 
 
 def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:

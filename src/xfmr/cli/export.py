@@ -12,10 +12,7 @@ from pathlib import Path
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import UserError
-from xfmr.run_dir.files import EXPORT_FILE, locate_run
-
-FORMATS = ("safetensors", "hf")
-HF_FOLDER = "hf"  # format=hf's folder inside the run when no `out` is given
+from xfmr.run_dir.files import EXPORT_FILE, HF_FOLDER, check_export_format, locate_run
 
 PROG = "xfmr-export"
 ENTRY = EntryPoint(
@@ -34,8 +31,7 @@ ENTRY = EntryPoint(
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
     try:
-        if cfg.format not in FORMATS:
-            raise UserError(f"format={cfg.format!r} is not one of {list(FORMATS)}")
+        check_export_format(cfg.format)
         files = locate_run(cfg.run_dir, cfg.checkpoint)
         if cfg.format == "hf":
             return _export_hf(cfg, files)

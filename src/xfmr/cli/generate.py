@@ -59,30 +59,16 @@ def read_inputs(cfg: DictConfig) -> tuple[list[str], list[str]]:
 
 def _generate(cfg: DictConfig, texts: list[str], names: list[str]) -> list[list[str]]:
     """The outputs for each input (n_best of them), from the heavy parts imported only now."""
-    from xfmr.runs.inference import (
-        encode_inputs,
-        fill_masks,
-        generate_rows,
-        hypothesis_text,
-        text_task,
-    )
+    from xfmr.runs.inference import generate_texts
     from xfmr.runs.loading import load_run
 
     settings, batch_size = generation_settings(cfg.generation)
     run = load_run(cfg.run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
-    task = text_task(run)
-    rows = encode_inputs(run, task, texts, names)
-    if task.kind == "fill_masks":
-        return [[text] for text in fill_masks(run, task, rows, batch_size=batch_size)]
-    bar = progress(len(rows), "generating") if len(rows) > batch_size else nullcontext()
+    bar = progress(len(texts), "generating") if len(texts) > batch_size else nullcontext()
     with bar as advance:
-        hypotheses = generate_rows(
-            run, task, rows, config=settings, batch_size=batch_size, on_batch=advance
+        return generate_texts(
+            run, texts, names, config=settings, batch_size=batch_size, on_batch=advance
         )
-    return [
-        [hypothesis_text(run, task, row, h) for h in row_hypotheses]
-        for row, row_hypotheses in zip(rows, hypotheses, strict=True)
-    ]
 
 
 def print_outputs(outputs: list[list[str]]) -> None:

@@ -15,8 +15,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xfmr.cli.common import fail
-from xfmr.errors import UserError
+from xfmr.generation.config import generation_settings
 from xfmr.paths import config_dir
+
+__all__ = ["EntryPoint", "generation_settings", "parse_args", "progress"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def parse_args(entry: EntryPoint, argv: list[str]) -> DictConfig:
 def check_group_choice(entry: EntryPoint, key: str, value: str) -> None:
     if key not in entry.groups:
         return
-    from xfmr.cli.choices import group_choices, not_a_choice
+    from xfmr.api.choices import group_choices, not_a_choice
 
     choices = group_choices(key, [config_dir()])
     if value not in choices:
@@ -188,22 +190,6 @@ def _without_defaults_list(lines: list[str]) -> list[str]:
         if not line.startswith("# @package"):
             kept.append(line)
     return kept
-
-
-def generation_settings(section: DictConfig) -> tuple[Any, int]:
-    """`generation.*` as (GenerationConfig, batch_size), checked without torch."""
-    from xfmr.generation.config import GenerationConfig
-
-    values = OmegaConf.to_container(section, resolve=True)
-    batch_size = values.pop("batch_size", 1)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"generation.batch_size={batch_size!r} must be a positive integer")
-    try:
-        return GenerationConfig(**values), batch_size
-    except TypeError as e:  # a key the dataclass does not know
-        raise UserError(f"generation: {e}") from None
-    except ValueError as e:
-        raise UserError(str(e)) from None
 
 
 def log_to_stderr() -> None:

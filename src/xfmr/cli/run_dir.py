@@ -4,7 +4,6 @@ so a mistake leaves no empty run directory behind (an existing one is left as it
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,10 @@ from omegaconf import DictConfig
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
-from xfmr.run_dir.files import CHECKPOINT_DIR, make_writable_dir
-from xfmr.run_dir.lock import hold_run_dir
+from xfmr.run_dir.files import make_writable_dir
 
 # The run directory this process made, set by `RunDirectory` (one run per process).
 _made: list[Path] = []
-# What a run that began training leaves in its directory.
-_TRAINED = (CHECKPOINT_DIR, "results.json")
 
 
 class RunDirectory(Callback):
@@ -49,12 +45,8 @@ def discard_unused_run_dir() -> None:
     results.json): the run was refused before it began, and everything in the directory is
     this command's (Hydra's files, the log, the lock, a tokenizer). One that another process
     started on the same path at the same moment holds locked is left to it."""
+    from xfmr.api.training import discard_unused
+
     for path in _made:
-        if not path.is_dir() or any((path / name).exists() for name in _TRAINED):
-            continue
-        try:
-            with hold_run_dir(path):
-                shutil.rmtree(path, ignore_errors=True)
-        except UserError:
-            continue
+        discard_unused(path)
     _made.clear()

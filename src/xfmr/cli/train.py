@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -41,6 +40,8 @@ def train_job(cfg: DictConfig) -> float | None:
     so xfmr's launcher can send it to the child process a sweep's job runs in."""
     from hydra.core.hydra_config import HydraConfig
 
+    from xfmr.api.training import fit_checked
+
     hydra_cfg = HydraConfig.get()
     # Unresolved: an override may itself be an interpolation ("a=${b}").
     overrides = list(OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False))
@@ -51,7 +52,7 @@ def train_job(cfg: DictConfig) -> float | None:
         attach_trial(resolved, hydra_cfg)
         if cfg.get("print_config", True):
             print_config_tree(resolved, _TREE_ORDER)
-        results = _run(resolved, overrides)
+        results = fit_checked(resolved, overrides)
     except UserError as e:
         discard_unused_run_dir()
         fail(PROG, str(e))
@@ -83,47 +84,6 @@ def attach_trial(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
             cfg.trial = trial
 
 
-def _run(cfg: DictConfig, overrides: list[str]) -> dict | None:
-    """Lock the run directory before torch loads, so one another process trains in is refused
-    at once; then train."""
-    from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
-
-    run_dir = Path(cfg.paths.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with hold_run_dir(run_dir) if is_global_rank_zero() else nullcontext():
-        return _train(cfg, overrides)
-
-
-def _train(cfg: DictConfig, overrides: list[str]) -> dict | None:
-    """Import the heavy parts only now; turn their complaints about a person's input into UserErrors."""
-    from hydra.errors import InstantiationException
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    from xfmr.training.run import train
-
-    try:
-        return train(cfg, overrides=overrides)
-    except MisconfigurationException as e:
-        raise UserError(f"trainer: {e}") from None
-    except InstantiationException as e:
-        if isinstance(e.__cause__, UserError):  # a builder's own one-line message
-            raise e.__cause__ from None
-        raise UserError(instantiation_problem(e)) from None
-
-
-def instantiation_problem(error: Exception) -> str:
-    """One line from Hydra's "Error in call to target ... full_key: KEY" message: the config
-    section and what its constructor said."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    section = next(
-        (line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), None
-    )
-    said = str(error.__cause__).strip() if error.__cause__ is not None else ""
-    if not said:
-        said = "; ".join(line for line in lines if not line.startswith("full_key:"))
-    return f"{section}: {' '.join(said.split())}" if section else " ".join(said.split())
-
-
 def name_sweep_runs(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
     """In a multirun each job is one run of its sweep in every dashboard: a wandb run in the
     sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job number;
@@ -151,49 +111,21 @@ def name_sweep_runs(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
             }
 
 
-# Groups of the shared config tree that the other entry points compose, not xfmr-train.
-_OTHER_TOOLS_GROUPS = {
-    "generation": (
-        "generation is for xfmr-generate, xfmr-eval and xfmr-attention (e.g. xfmr-eval "
-        "run_dir=RUN generation=beam); xfmr-train's closing sample is set by "
-        "callbacks.text_sample.* (temperature, top_k, max_new_tokens)"
-    ),
-}
-
-
 def check_group_choices(argv: list[str], conf: Path) -> None:
     """Every `group=value` argument (each choice of a sweep) names a config of its group in
-    `conf` or --config-dir, else fail in one line listing the choices. What only Hydra can judge
-    (an argument its grammar refuses, nested groups such as hydra/launcher) is left to Hydra."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    from xfmr.cli.choices import choice_error, group_choices
+    `conf` or --config-dir, else fail in one line listing the choices."""
+    from xfmr.api.choices import choice_problem
 
     parsed = _hydra_args(argv)
     if parsed is None:
         return
     args, stray = parsed
-    parser = OverridesParser.create()
-    overrides = []
     # Words after a flag (`size=tiny -m pos=a,b`) Hydra refuses as unrecognized arguments; a
     # misspelt choice among them is still worth naming.
-    for arg in [*args.overrides, *(word for word in stray if not word.startswith("-"))]:
-        try:
-            overrides.append(parser.parse_override(arg))
-        except HydraException:
-            continue  # Hydra reports its own grammar's errors
-    config_dirs = _config_dirs(args, conf, [o.key_or_group for o in overrides])
-    for override in overrides:
-        group = override.key_or_group
-        if group.split(".")[0] in _OTHER_TOOLS_GROUPS:
-            fail(PROG, _OTHER_TOOLS_GROUPS[group.split(".")[0]])
-        if not config_dirs or "/" in group or group == "hydra":
-            continue
-        if any((root / group).is_dir() for root in config_dirs):
-            problem = choice_error(override, group_choices(group, config_dirs))
-            if problem:
-                fail(PROG, problem)
+    words = [*args.overrides, *(word for word in stray if not word.startswith("-"))]
+    problem = choice_problem(words, _config_dirs(args, conf))
+    if problem:
+        fail(PROG, problem)
 
 
 def _hydra_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
@@ -209,11 +141,12 @@ def _hydra_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
         return None
 
 
-def _config_dirs(args: argparse.Namespace, conf: Path, keys: list[str]) -> list[Path]:
+def _config_dirs(args: argparse.Namespace, conf: Path) -> list[Path]:
     """Where Hydra will look for group choices: `conf` and --config-dir (Hydra keeps the last
     one given). Empty when that is not known before Hydra starts: the primary config directory
-    replaced (--config-path), the search path overridden, or --config-dir missing."""
-    if args.config_path is not None or "hydra.searchpath" in keys:
+    replaced (--config-path) or --config-dir missing (an overridden search path:
+    `choice_problem`)."""
+    if args.config_path is not None:
         return []
     if args.config_dir is None:
         return [conf]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
+
+from xfmr.errors import UserError
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTY_FORMS = ("average", "gnmt")
@@ -122,3 +125,23 @@ def _check_number(name: str, value: object, valid: str, *, positive: bool = Fals
         _fail(name, value, valid)
     if positive and value <= 0:
         _fail(name, value, valid)
+
+
+def generation_settings(section: Any) -> tuple[GenerationConfig, int]:
+    """`generation.*` as (GenerationConfig, batch_size), checked without torch."""
+    from omegaconf import OmegaConf
+
+    values = (
+        OmegaConf.to_container(section, resolve=True)
+        if OmegaConf.is_config(section)
+        else dict(section)
+    )
+    batch_size = values.pop("batch_size", 1)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"generation.batch_size={batch_size!r} must be a positive integer")
+    try:
+        return GenerationConfig(**values), batch_size
+    except TypeError as e:  # a key the dataclass does not know
+        raise UserError(f"generation: {e}") from None
+    except ValueError as e:
+        raise UserError(str(e)) from None

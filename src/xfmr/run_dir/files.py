@@ -28,6 +28,14 @@ CHECKPOINT_NAMES = ("best", "last", "averaged")
 PERIODIC_GLOB = "step-*.ckpt"
 AVERAGED_FILE = "averaged.ckpt"
 EXPORT_FILE = "model.safetensors"
+# xfmr-export's formats, and format=hf's folder inside the run when no `out` is given.
+EXPORT_FORMATS = ("safetensors", "hf")
+HF_FOLDER = "hf"
+
+
+def check_export_format(format: str) -> None:
+    if format not in EXPORT_FORMATS:
+        raise UserError(f"format={format!r} is not one of {list(EXPORT_FORMATS)}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,6 +33,10 @@ class AttentionMap:
     @property
     def file_name(self) -> str:
         return f"{self.layer}-{self.kind}-head{self.head}.png"
+
+    def figure(self) -> Any:
+        """This map as a heatmap (a matplotlib Figure; a notebook shows it)."""
+        return heatmap(self)
 
 
 @torch.no_grad()
@@ -86,19 +91,18 @@ def token_labels(run: LoadedRun, ids: list[int]) -> list[str]:
 
 def save_heatmaps(maps: list[AttentionMap], out_dir: Path) -> list[Path]:
     """One PNG per map in `out_dir` (made if needed); returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for attention in maps:
         path = out_dir / attention.file_name
-        _draw(attention, path)
+        heatmap(attention).savefig(path, dpi=80)
         written.append(path)
     return written
 
 
-def _draw(attention: AttentionMap, path: Path) -> None:
+def heatmap(attention: AttentionMap) -> Any:
+    """One head's map as a matplotlib Figure, tokens on both axes. A Figure of its own, not
+    pyplot's: drawing needs no display and leaves a notebook's plotting backend as it was."""
     from matplotlib.figure import Figure
 
     rows, cols = attention.weights.shape
@@ -113,4 +117,4 @@ def _draw(attention: AttentionMap, path: Path) -> None:
     axes.set_title(f"{attention.layer} ({attention.kind}-attention), head {attention.head}")
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    return figure

@@ -5,23 +5,111 @@ decoded, detokenized outputs against the raw reference lines (sacreBLEU's 13a to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
+from xfmr.files import atomic_write_text
 from xfmr.generation import GenerationConfig
 from xfmr.nn.positions import extend_positions
 from xfmr.objectives.common import IGNORE_INDEX, token_losses
 from xfmr.parts.build import data_module
+from xfmr.runs.evaluation_data import outputs_path
 from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
 from xfmr.runs.loading import LoadedRun
 
 Progress = Callable[[int], None]  # called with how many examples were just done
+# A progress display for `total` items under a description, yielding its Progress.
+ProgressBar = Callable[[int, str], AbstractContextManager[Progress]]
+
+
+@contextmanager
+def no_progress(total: int, description: str) -> Iterator[Progress]:
+    yield lambda done: None
+
+
+def evaluation_report(
+    run: LoadedRun,
+    data_config: DictConfig,
+    *,
+    config: GenerationConfig,
+    batch_size: int,
+    seed: int,
+    bleu: bool,
+    report_path: Path,
+    by_position: bool = False,
+    progress: ProgressBar = no_progress,
+) -> dict[str, Any]:
+    """xfmr-eval's report, to be written at `report_path`: loss and the objective's metrics on
+    the validation split of `data_config` (whose `block_size` may be longer than the run
+    trained on); with `by_position`, a causal LM's loss at each position of the windows, written
+    beside the report as a CSV and a plot; for a seq2seq run (with `bleu`) corpus BLEU of its
+    decoded outputs, which are written beside it too."""
+    started = time.time()
+    fit_positions(run, data_config)
+    torch.manual_seed(seed)  # the objective's draws while batching (masking, corruption)
+    datamodule = attach_data(run, data_config)
+    loader = datamodule.val_dataloader()
+    with progress(len(loader.dataset), "loss") as advance:
+        metrics = evaluate_loss(run, loader, on_batch=advance, by_position=by_position)
+    if by_position:
+        metrics["by_position"] = _write_by_position(run, metrics["by_position"], report_path)
+    report = {
+        "run_dir": str(run.files.run_dir),
+        "checkpoint": str(run.files.checkpoint),
+        "global_step": run.global_step,
+        "objective": getattr(run.objective, "name", type(run.objective).__name__),
+        "data": OmegaConf.to_container(data_config, resolve=True),
+        "seed": seed,
+        **metrics,
+        **coverage(datamodule),
+        "generation": {**asdict(config), "batch_size": batch_size},
+    }
+    if bleu and report["objective"] == "seq2seq":
+        with progress(len(datamodule.val_pairs), "decoding") as advance:
+            decoded, references = translate_validation(
+                run, datamodule, config=config, batch_size=batch_size, on_batch=advance
+            )
+        decoded = [line.replace("\n", " ") for line in decoded]  # one output per line
+        outputs = outputs_path(report_path)
+        atomic_write_text(outputs, "".join(f"{line}\n" for line in decoded))
+        report.update(
+            bleu=corpus_bleu(decoded, references), bleu_tokenize="13a", outputs=str(outputs)
+        )
+    report["wall_time_s"] = round(time.time() - started, 3)
+    return report
+
+
+def _write_by_position(run: LoadedRun, by_position: dict, report_path: Path) -> dict:
+    from xfmr.runs.by_position import by_position_paths, write_by_position
+
+    trained = int(run.config.data.block_size)
+    csv_path, png_path = by_position_paths(report_path)
+    pos = run.model_config.pos.name
+    files = write_by_position(
+        by_position,
+        trained=trained,
+        csv_path=csv_path,
+        png_path=png_path,
+        title=f"{run.files.run_dir.name}: loss by position over {by_position['targets'][0]} "
+        f"windows (pos={pos}, trained at {trained})",
+    )
+    return {"pos": pos, **files}
+
+
+def coverage(datamodule: Any) -> dict:
+    """How much of the validation split the figures read, for data that reads a budget."""
+    read = getattr(datamodule, "val_coverage", None)
+    return {"val_coverage": read()} if read is not None else {}
 
 
 def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
@@ -37,7 +125,7 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
 def fit_positions(run: LoadedRun, data_config: DictConfig) -> None:
     """Ready the model's positional schemes for windows of `data.block_size` tokens, which may
     be longer than the run trained on: a sinusoid table grows; a learned table that is too short
-    is a UserError (`xfmr.cli.eval.check_length` says so before torch loads, from the config)."""
+    is a UserError (`xfmr.runs.evaluation_data.check_length` says so before torch loads, from the config)."""
     length = data_config.get("block_size")
     if length is None:
         return

@@ -222,3 +222,30 @@ def fill_masks(
         for row, row_ids in zip(chunk, predicted, strict=True):
             filled.append(decode_visible(run, row_ids[: len(row)].tolist(), task.hidden_ids))
     return filled
+
+
+def generate_texts(
+    run: LoadedRun,
+    texts: Sequence[str],
+    names: Sequence[str],
+    *,
+    config: GenerationConfig,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[str]]:
+    """What the run writes for each input (`names` name them in messages): its n_best
+    hypotheses, best first, or (an MLM encoder) the input with each [MASK] filled."""
+    task = text_task(run)
+    rows = encode_inputs(run, task, list(texts), list(names))
+    if task.kind == "fill_masks":
+        filled = fill_masks(run, task, rows, batch_size=batch_size)
+        if on_batch is not None:
+            on_batch(len(rows))
+        return [[text] for text in filled]
+    hypotheses = generate_rows(
+        run, task, rows, config=config, batch_size=batch_size, on_batch=on_batch
+    )
+    return [
+        [hypothesis_text(run, task, row, h) for h in row_hypotheses]
+        for row, row_hypotheses in zip(rows, hypotheses, strict=True)
+    ]

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from xfmr.training.throughput import TrainingFlops, measured_peak_flops, mfu, precision_dtype
 
@@ -240,3 +241,51 @@ class StepProgressBar(RichProgressBar):
             # Started at the restored step, so steps/s and time left count this run's steps only.
             self.progress.reset(self.train_progress_bar_id, completed=trainer.global_step)
         self._update(self.train_progress_bar_id, trainer.global_step)
+
+
+class NotebookStepProgressBar(TQDMProgressBar):
+    """StepProgressBar's one bar for the whole run (`global_step/max_steps`, a resumed run from
+    its restored step), drawn by tqdm, which renders in Jupyter: a widget where ipywidgets is
+    installed, else a line of text the notebook redraws in place. Rich's live display needs
+    ipywidgets there and shows nothing without it. `xfmr.train` uses it in a notebook."""
+
+    def init_train_tqdm(self) -> Any:
+        bar = super().init_train_tqdm()
+        bar.set_description("step")
+        return bar
+
+    # One bar: the step bar shows val/loss when a validation ends. Validation's nested bars move
+    # the cursor up and down, which a notebook's output does not follow, so each left a line.
+    def init_sanity_tqdm(self) -> Any:
+        return Tqdm(disable=True)
+
+    def init_validation_tqdm(self) -> Any:
+        return Tqdm(disable=True)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_epoch_start(trainer, *args)
+            return
+        bar = self.train_progress_bar
+        if bar.total != trainer.max_steps:  # once: later epochs go on counting steps
+            bar.reset(total=trainer.max_steps)
+            bar.initial = trainer.global_step
+            bar.n = trainer.global_step
+            bar.set_description("step")
+            bar.refresh()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
+    ) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
+        bar = self.train_progress_bar
+        if bar is not None and self._should_update(trainer.global_step, bar.total):
+            bar.n = trainer.global_step
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            bar.refresh()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_epoch_end(trainer, pl_module)

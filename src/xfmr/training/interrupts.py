@@ -37,12 +37,19 @@ class StopOnSignal(L.Callback):
     `interrupted`. A second signal while that happens stops at once, as the default would.
 
     Lightning's own SIGTERM handling exits without a checkpoint; this one replaces it while
-    training and puts the previous handlers back when training ends."""
+    training and puts the previous handlers back when training ends.
+
+    A KeyboardInterrupt raised in the process itself (a notebook's interrupt that arrives outside
+    training, `_thread.interrupt_main`, code that raises it) stops the same way, from where it
+    was raised: Lightning hands it to `on_exception`, which saves the state once training has
+    begun. Lightning then exits, which `xfmr.training.run.fit` turns back into a return."""
 
     def __init__(self, checkpoint: str | Path) -> None:
         self.checkpoint = Path(checkpoint)
         self.received: int | None = None
         self.stopped_at: int | None = None
+        self.keyboard_interrupt = False  # a KeyboardInterrupt reached Lightning
+        self._received_as: str | None = None
         self._previous: dict[int, Any] = {}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -79,7 +86,26 @@ class StopOnSignal(L.Callback):
         self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception) -> None:
+        if isinstance(exception, KeyboardInterrupt):
+            self.keyboard_interrupt = True
+            # The first interrupt saves the state; one while that happens (a second Ctrl-C)
+            # stops at once.
+            if self.received is None and self.stopped_at is None:
+                self.received, self._received_as = signal.SIGINT, "KeyboardInterrupt"
+                self._save_on_interrupt(trainer)
         self._restore()
+
+    def _save_on_interrupt(self, trainer: L.Trainer) -> None:
+        log.warning("KeyboardInterrupt: saving a checkpoint, then stopping")
+        if trainer.global_step == 0:  # nothing trained yet: nothing to resume from
+            self.stopped_at = 0
+            return
+        try:
+            trainer.save_checkpoint(self.checkpoint)
+        except Exception as e:  # the checkpoints on disk are still the last whole ones
+            log.error("could not save %s: %s", self.checkpoint, e)
+            return
+        self.stopped_at = trainer.global_step
 
     def _restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -88,7 +114,9 @@ class StopOnSignal(L.Callback):
 
     @property
     def signal_name(self) -> str | None:
-        return signal.Signals(self.received).name if self.received is not None else None
+        if self.received is None:
+            return None
+        return self._received_as or signal.Signals(self.received).name
 
 
 class ContinuedCsvLog(L.Callback):

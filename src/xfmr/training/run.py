@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,10 +172,22 @@ def fit_run(
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO()],
         )
-        failure = fit(trainer, module, parts.datamodule, ckpt_path=ckpt_path, cfg=cfg)
+        failure = fit(
+            trainer,
+            module,
+            parts.datamodule,
+            ckpt_path=ckpt_path,
+            cfg=cfg,
+            stop_on_signal=stop_on_signal,
+        )
         status = run_status(trainer, failure, pruning, stop_on_signal)
         if status in ("completed", "pruned"):
-            failure, status = _close(trainer, module, parts.datamodule, summary, run_dir, status)
+            with keyboard_interrupt_returns(stop_on_signal):  # Ctrl-C in the last validation
+                failure, status = _close(
+                    trainer, module, parts.datamodule, summary, run_dir, status
+                )
+            if stop_on_signal.keyboard_interrupt:
+                status = "interrupted"
         finish_loggers(trainer, status)
     return Fitted(trainer, summary, stop_on_signal, status, failure)
 
@@ -219,18 +233,27 @@ def finish(
     if failure:
         raise RunFailed(failure)
     if fitted.status == "interrupted":
-        raise RunInterrupted(interrupted_message(fitted.stop_on_signal, run_dir, overrides))
+        error = RunInterrupted(interrupted_message(fitted.stop_on_signal, run_dir, overrides))
+        error.stopped = stopped_message(fitted.stop_on_signal)  # for a caller's own resume hint
+        raise error
     return results
 
 
 def fit(
-    trainer: L.Trainer, module: XfmrModule, datamodule: Any, *, ckpt_path: str | None, cfg: Any
+    trainer: L.Trainer,
+    module: XfmrModule,
+    datamodule: Any,
+    *,
+    ckpt_path: str | None,
+    cfg: Any,
+    stop_on_signal: StopOnSignal,
 ) -> str | None:
     """Train; the reason the run failed (a loss that is not a number, a full disk, memory run
     out), or None. The checkpoints on disk are then the last ones written whole."""
     try:
-        # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        with keyboard_interrupt_returns(stop_on_signal):
+            # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except RunFailed as e:
         return str(e)
     except (RuntimeError, MemoryError) as e:
@@ -240,6 +263,27 @@ def fit(
         log.error("%s", e)
         return reason
     return None
+
+
+@contextmanager
+def keyboard_interrupt_returns(stop_on_signal: StopOnSignal) -> Iterator[None]:
+    """Lightning answers a KeyboardInterrupt by ignoring SIGINT from then on and calling
+    `sys.exit(1)`, which would end a notebook's kernel for Ctrl-C. Here the state is saved
+    (`StopOnSignal.on_exception`), SIGINT's handler is put back and fitting returns, so the run
+    ends `interrupted` as on SIGINT; a second interrupt, which saves nothing, raises
+    KeyboardInterrupt."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main_thread else None
+    try:
+        yield
+    except SystemExit:
+        if not stop_on_signal.keyboard_interrupt:
+            raise
+        if stop_on_signal.stopped_at is None:
+            raise KeyboardInterrupt from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_status(
@@ -261,10 +305,15 @@ def interrupted_message(stop: StopOnSignal, run_dir: Path, overrides: Sequence[s
     """What stopped the run, where its state is, and the command that goes on from there."""
     command = ["xfmr-train", *(o for o in overrides if not o.startswith("hydra.run.dir="))]
     command.append(f"hydra.run.dir={run_dir}")
-    return (
-        f"{stop.signal_name or 'interrupted'}: stopped after step {stop.stopped_at}, state saved "
-        f"to {stop.checkpoint}; resume with: {' '.join(command)}"
-    )
+    return f"{stopped_message(stop)}; resume with: {' '.join(command)}"
+
+
+def stopped_message(stop: StopOnSignal) -> str:
+    """What stopped the run and where its state is."""
+    name = stop.signal_name or "interrupted"
+    if not stop.stopped_at:
+        return f"{name}: stopped before the first step, nothing to save"
+    return f"{name}: stopped after step {stop.stopped_at}, state saved to {stop.checkpoint}"
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:

@@ -1,7 +1,9 @@
 """Which configs a `GROUP=VALUE` argument names, judged from the config files before anything is
 composed, so that a typo is answered in one line listing the group's choices (Hydra's own message
 buries the list). Values are read with Hydra's override grammar: `a,b`, `choice(...)`,
-`range(...)`, `glob(...)` and `tag(...)` name the choices Hydra's basic sweeper would run."""
+`range(...)`, `glob(...)` and `tag(...)` name the choices Hydra's basic sweeper would run.
+
+xfmr-train and `xfmr.compose` judge their arguments here, the other entry points their groups."""
 
 from __future__ import annotations
 
@@ -10,6 +12,45 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.types import Glob, Override, QuotedString
+
+# Groups of the shared config tree that the other entry points compose, not xfmr-train.
+OTHER_TOOLS_GROUPS = {
+    "generation": (
+        "generation is for xfmr-generate, xfmr-eval and xfmr-attention (e.g. xfmr-eval "
+        "run_dir=RUN generation=beam); xfmr-train's closing sample is set by "
+        "callbacks.text_sample.* (temperature, top_k, max_new_tokens)"
+    ),
+}
+
+
+def choice_problem(arguments: Sequence[str], config_dirs: Sequence[Path]) -> str | None:
+    """Why one of xfmr-train's `group=value` arguments names no config of its group in
+    `config_dirs` (or a group of another tool), or None. What only Hydra can judge (an argument
+    its grammar refuses, nested groups such as hydra/launcher, a replaced search path) is left
+    to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    overrides = []
+    for argument in arguments:
+        try:
+            overrides.append(parser.parse_override(argument))
+        except HydraException:
+            continue  # Hydra reports its own grammar's errors
+    if any(o.key_or_group == "hydra.searchpath" for o in overrides):
+        config_dirs = []
+    for override in overrides:
+        group = override.key_or_group
+        if group.split(".")[0] in OTHER_TOOLS_GROUPS:
+            return OTHER_TOOLS_GROUPS[group.split(".")[0]]
+        if not config_dirs or "/" in group or group == "hydra":
+            continue
+        if any((root / group).is_dir() for root in config_dirs):
+            problem = choice_error(override, group_choices(group, config_dirs))
+            if problem:
+                return problem
+    return None
 
 
 def group_choices(group: str, config_dirs: Sequence[Path]) -> list[str]:

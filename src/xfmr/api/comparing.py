@@ -1,0 +1,48 @@
+"""Runs side by side as a pandas DataFrame: `xfmr-compare`'s table, its columns and grouping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def compare(
+    *runs: str | Path | Any,
+    metric: str | None = None,
+    mode: str | None = None,
+    group_by: str | Sequence[str] | None = None,
+    group: bool = True,
+    baseline: str | None = None,
+) -> Any:
+    """The table `xfmr-compare` prints for `runs`, as a DataFrame.
+
+    Args:
+        *runs: run directories, sweep directories, directories of sweeps, or `xfmr.Run`s (one
+            by one or as one list).
+        metric: the metric to rank by (default: the runs' optimized_metric, else val/loss).
+        mode: "min" or "max" (default: the sweep's direction, else min).
+        group_by: the overrides that define a setting (default: every override that differs
+            between runs, except seed, when some setting has more than one run).
+        group: False for a row per run.
+        baseline: the setting each other is compared with, e.g. "pos=learned".
+
+    Returns:
+        One row per setting (mean, std and 95% interval over its completed runs, n) or per
+        run, best first; `.attrs` holds the title, the metric and its direction.
+    """
+    import pandas as pd
+
+    from xfmr.runs.compare.comparison import compare_runs
+
+    if len(runs) == 1 and isinstance(runs[0], list | tuple):
+        runs = tuple(runs[0])
+    paths = [getattr(run, "path", run) for run in runs]
+    keys = group_by if group_by is None or isinstance(group_by, str) else ",".join(group_by)
+    found = compare_runs(
+        paths, metric=metric, mode=mode, group_by=keys, no_group=not group, baseline=baseline
+    )
+    table = found.tables[0]  # grouped, when it groups
+    frame = pd.DataFrame(table.rows, columns=table.columns)
+    frame.attrs.update(title=table.title, metric=found.ranking.metric, mode=found.ranking.direction)
+    return frame

@@ -1,0 +1,80 @@
+"""One comparison, as `xfmr-compare` and `xfmr.compare` make it: the runs found under the paths,
+the metric and direction that rank them, the grouping keys, and the tables (grouped first)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xfmr.errors import UserError
+from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
+from xfmr.runs.compare.table import (
+    SEED,
+    Ranking,
+    Table,
+    baseline_setting,
+    differing_keys,
+    group_table,
+    grouping_keys,
+    run_table,
+)
+
+DEFAULT_METRIC = "val/loss"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Runs side by side.
+
+    Attributes:
+        runs: the runs compared.
+        ranking: the metric that orders them and its direction.
+        keys: the overrides that define a setting; None: a row per run.
+        tables: the grouped table then the per-run one, or the per-run one alone.
+    """
+
+    runs: list[Run]
+    ranking: Ranking
+    keys: list[str] | None
+    tables: list[Table]
+
+
+def compare_runs(
+    paths: Sequence[str | Path],
+    *,
+    metric: str | None = None,
+    mode: str | None = None,
+    group_by: str | None = None,
+    no_group: bool = False,
+    baseline: str | None = None,
+) -> Comparison:
+    """The runs under `paths` (run or sweep directories), ranked by `metric` (default: the
+    runs' optimized_metric, else val/loss) in `mode` (min or max; default: the sweep's
+    direction, else min), grouped by `group_by` (comma-separated override keys; default: every
+    differing override but the seed) unless `no_group`, each setting against `baseline`
+    (KEY=VALUE[,KEY=VALUE]) if given."""
+    runs = find_runs(paths)
+    chosen = choose_metric(runs, metric)
+    ranking = Ranking(chosen, mode or sweep_direction(runs, chosen) or "min")
+    keys = grouping_keys(runs, group_by, no_group)
+    if baseline is not None:
+        if no_group:
+            raise UserError(f"--baseline {baseline}: compares settings; drop --no-group")
+        keys = keys if keys is not None else [k for k in differing_keys(runs) if k != SEED]
+    per_run = run_table(runs, ranking)
+    base = None if baseline is None else baseline_setting(runs, keys, baseline)
+    grouped = None if keys is None else group_table(runs, keys, ranking, base)
+    tables = [per_run] if grouped is None else [grouped, per_run]
+    return Comparison(runs, ranking, keys, tables)
+
+
+def choose_metric(runs: list[Run], requested: str | None) -> str:
+    """`--metric` if some run has it; else the metric the runs optimized."""
+    if requested is None:
+        return optimized_metric(runs) or DEFAULT_METRIC
+    available = metric_names(runs)
+    if requested not in available:
+        have = ", ".join(available) or "none (no run has validated yet)"
+        raise UserError(f"--metric {requested}: no run has it; the runs have: {have}")
+    return requested
