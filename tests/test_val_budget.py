@@ -11,9 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import compose_config
-from xfmr.runs.evaluation_data import data_with_overrides
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
+from xfmr.runs.evaluation_data import data_with_overrides
 
 
 def _module(n_tokens: int, **settings) -> TextCorpusDataModule:
