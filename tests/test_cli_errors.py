@@ -78,7 +78,13 @@ def test_help_is_hydras_help_written_from_the_config_files(tmp_path: Path, capsy
         ["--config-dir", str(extra), "--help"], config_dir()
     )
     # What only Hydra knows is left to it.
-    for argv in (["--hydra-help"], ["--help", "hydra/help=default"], ["--cfg", "job"], ["a"]):
+    for argv in (
+        ["--hydra-help"],
+        ["--help", "hydra/help=default"],
+        ["--help", "hydra.searchpath=[file:///tmp]"],
+        ["--cfg", "job"],
+        ["a"],
+    ):
         assert help_text(argv, config_dir()) is None, argv
 
 

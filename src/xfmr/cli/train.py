@@ -163,16 +163,16 @@ def help_text(argv: list[str], conf: Path) -> str | None:
     test holds its text to Hydra's."""
     import string
 
-    from xfmr.cli.choices import group_choices
+    from xfmr.api.choices import group_choices
 
     parsed = _hydra_args(argv)
     if parsed is None or not parsed[0].help or parsed[0].hydra_help or parsed[0].cfg:
         return None
     args, _ = parsed
     keys = [arg.split("=", 1)[0].lstrip("+~") for arg in args.overrides]
-    config_dirs = _config_dirs(args, conf, keys)
-    own_help = any(key.startswith(("hydra/help", "hydra.help")) for key in keys)
-    if not config_dirs or own_help or any((root / "hydra").exists() for root in config_dirs[1:]):
+    config_dirs = _config_dirs(args, conf)
+    hydras = any(key.startswith(("hydra/help", "hydra.help", "hydra.searchpath")) for key in keys)
+    if not config_dirs or hydras or any((root / "hydra").exists() for root in config_dirs[1:]):
         return None
     help_cfg = OmegaConf.create({"hydra": {"help": OmegaConf.load(conf / "hydra/help/xfmr.yaml")}})
     template = str(help_cfg.hydra.help.template)
