@@ -47,6 +47,7 @@ def test_help_lists_groups_and_choices_quickly(tmp_path: Path) -> None:
 def _hydras_help(argv: list[str], capsys) -> str:
     """What Hydra's own `--help` prints for `argv`, in this process."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     import xfmr.cli.train as cli
 
@@ -59,6 +60,7 @@ def _hydras_help(argv: list[str], capsys) -> str:
     finally:
         sys.argv = saved
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None  # as a new process would find it
     return capsys.readouterr().out
 
 
