@@ -84,7 +84,8 @@ def position_summary(by_position: dict) -> str:
     )
     if by_position["loss_past_trained"] is None:
         return line + f" (trained at {trained})"
-    line += f", {by_position['loss_past_trained']:.4f} at {trained}-{length - 1}, past the trained length"
+    past = by_position["loss_past_trained"]
+    line += f", {past:.4f} at {trained}-{length - 1}, past the trained length"
     if by_position["pos"] == "learned":  # rows no gradient reached: they keep their init
         line += " (pos=learned: positions never trained)"
     return line

@@ -125,7 +125,8 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
 def fit_positions(run: LoadedRun, data_config: DictConfig) -> None:
     """Ready the model's positional schemes for windows of `data.block_size` tokens, which may
     be longer than the run trained on: a sinusoid table grows; a learned table that is too short
-    is a UserError (`xfmr.runs.evaluation_data.check_length` says so before torch loads, from the config)."""
+    is a UserError (`xfmr.runs.evaluation_data.check_length` says so before torch loads, from
+    the config)."""
     length = data_config.get("block_size")
     if length is None:
         return
