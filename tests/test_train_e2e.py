@@ -44,6 +44,9 @@ def test_single_run_writes_a_complete_run_directory(tmp_path: Path, corpus: Path
     history = results["history"]
     assert [h["step"] for h in history] == [2, 4]
     assert results["best"] == min(history, key=lambda h: h["val/loss"])
+    # Training seconds up to each validation, validation excluded: growing, within the run's.
+    times = [h["time_s"] for h in history]
+    assert 0 < times[0] < times[1] < results["wall_time_s"], (times, results["wall_time_s"])
     vocab = len(json.loads((run_dir / "tokenizer.json").read_text())["model"]["vocab"])
     first, last = history[0]["val/loss"], history[-1]["val/loss"]
     assert last < first, history

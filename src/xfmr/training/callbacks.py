@@ -67,6 +67,10 @@ class RunSummary(L.Callback):
         self.history: list[dict[str, Any]] = []
         self._flops: TrainingFlops | None = None
         self._last_end: float | None = None
+        # Seconds spent training, validation excluded, up to each history entry (`time_s`):
+        # runs of different speeds are compared at equal time with it.
+        self._train_seconds = 0.0
+        self._segment_start: float | None = None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
@@ -94,9 +98,13 @@ class RunSummary(L.Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_end = None
+        if self._segment_start is not None:
+            self._train_seconds += time.perf_counter() - self._segment_start
+            self._segment_start = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_end = None
+        self._segment_start = time.perf_counter()
         self._flops = TrainingFlops.of(pl_module.model)
         dtype = precision_dtype(trainer.precision)
         # Rank 0 alone reports mfu; other ranks measuring at once would share the device.
@@ -106,11 +114,14 @@ class RunSummary(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        train_seconds = self._train_seconds
+        self._segment_start = time.perf_counter()  # training goes on from here
         metrics = _scalar_metrics(trainer.callback_metrics)
         if self.monitor not in metrics:
             return
         entry = {
             "step": trainer.global_step,
+            "time_s": round(train_seconds, 3),
             **{k: v for k, v in metrics.items() if k.startswith("val/")},
         }
         self.history.append(entry)
@@ -128,11 +139,12 @@ class RunSummary(L.Callback):
         return statistics.median(self.step_ms) if self.step_ms else None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "history": self.history}
+        return {"best": self.best, "history": self.history, "train_seconds": self._train_seconds}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = state_dict.get("best", {})
         self.history = state_dict.get("history", [])
+        self._train_seconds = state_dict.get("train_seconds", 0.0)
 
 
 class TextSample(L.Callback):

@@ -177,7 +177,7 @@ def metric_names(runs: Sequence[Run]) -> list[str]:
     """Every metric some run has a value of, at the end or in its history."""
     names = {k for run in runs for k in run.metrics} | {k for run in runs for k in run.best}
     names |= {k for run in runs for entry in run.history for k in entry}
-    return sorted(names - {"step"})
+    return sorted(names - {"step", "time_s"})  # where a value was taken, not a metric
 
 
 def optimized_metric(runs: Sequence[Run]) -> str | None:
