@@ -158,7 +158,9 @@ def _assert_same_run(resumed: Path, reference: Path) -> None:
     assert a["status"] == b["status"] == "completed"
     assert a["step"] == b["step"] == STEPS
     assert a["metrics"] == b["metrics"]
-    timeless = [[{k: v for k, v in h.items() if k != "time_s"} for h in r["history"]] for r in (a, b)]
+    timeless = [
+        [{k: v for k, v in h.items() if k != "time_s"} for h in r["history"]] for r in (a, b)
+    ]
     assert timeless[0] == timeless[1]  # every validation the same, at the same steps
     assert all(h["time_s"] > 0 for h in a["history"])  # training time went on from the checkpoint
     assert a["resumed_from"] and not b["resumed_from"]
