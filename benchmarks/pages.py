@@ -1,0 +1,230 @@
+"""What the experiment scripts (benchmarks/experiment_*.py) share: their arguments, training a
+run (or reusing it when an earlier call finished it), and writing a docs/experiments/ page with
+its commands, tables, plots, the machine and the wall time.
+
+Each script answers one question with real runs through xfmr's Python API and writes one page.
+`--quick` shrinks every run to a few steps of a tiny model, so the tests run each script end to
+end and the pages cannot rot; a quick page says it is no result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A quick run: the same composition shrunk to seconds (the tests' size), never a figure.
+QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "data.batch_size=4")
+
+
+def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:
+    """The command line every experiment script takes; `doc` is its module docstring."""
+    parser = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, required=True, help="tiny Shakespeare's input.txt")
+    parser.add_argument(
+        "--runs", type=Path, default=ROOT / "outputs" / "experiments" / name,
+        help="where the runs go; a finished run found there is reused (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--page", type=Path, default=ROOT / "docs" / "experiments",
+        help="the directory the page and its plots are written to (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument("--steps", type=int, default=steps, help="training steps per run")
+    parser.add_argument("--seeds", type=int, default=seeds, help="seeds per setting")
+    parser.add_argument("--quick", action="store_true", help="a few steps of a tiny model")
+    args = parser.parse_args()
+    if not args.data.is_file():
+        parser.error(f"--data {args.data}: no such file (tiny Shakespeare's input.txt)")
+    if args.quick:
+        args.steps = min(args.steps, 20)
+        args.seeds = min(args.seeds, 2)
+    args.started = time.time()
+    args.command = " ".join(
+        ["python", str(Path(sys.argv[0]).resolve().relative_to(ROOT))]
+        + [shlex.quote(a) for a in sys.argv[1:]]
+    )
+    _quiet()
+    return args
+
+
+def _quiet() -> None:
+    """Runs log to their own train.log; the console gets one line per run from the script."""
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)  # xfmr.train sets the root logger to INFO for train.log
+    logging.getLogger().addHandler(console)
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="lightning")
+
+
+def trained(run_dir: Path, overrides: Sequence[str], *, quick: bool) -> Any:
+    """The run of `overrides` in `run_dir`: reused when a call before finished it (same
+    overrides), else trained (resumed, if one was stopped). A run that fails is returned as
+    it ended: a diverging setting is a result, not a crash."""
+    import xfmr
+    from xfmr.errors import RunFailed
+
+    given = _merged([*overrides, *(QUICK if quick else ())])
+    every = [*given, f"hydra.run.dir={run_dir}", "print_config=false",
+             "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
+             "trainer.enable_model_summary=false", "callbacks.text_sample=null"]  # fmt: skip
+    if (run_dir / "results.json").is_file():
+        run = xfmr.open_run(run_dir)
+        if run.status in ("completed", "failed") and _same(run.overrides, every):
+            return run
+    started = time.perf_counter()
+    try:
+        run = xfmr.train(xfmr.compose(*every))
+    except RunFailed as e:
+        run = e.run
+    shown = run.metrics.get("val/loss")
+    value = f"val/loss {shown:.4f}" if isinstance(shown, float) else "no val/loss"
+    print(f"  {run_dir.name}: {run.status}, {value}, {time.perf_counter() - started:.0f} s")
+    return run
+
+
+def _merged(overrides: Sequence[str]) -> list[str]:
+    """One override per key, the later winning (quick mode's over the script's)."""
+    by_key = {override.split("=", 1)[0]: override for override in overrides}
+    return list(by_key.values())
+
+
+def _same(recorded: Sequence[str], wanted: Sequence[str]) -> bool:
+    return sorted(recorded) == sorted(wanted)
+
+
+def machine() -> str:
+    """The machine the figures come from, in one line."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]  # fmt: skip
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads, fp32, Python {platform.python_version()}"
+    )
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 1000 else f"{value:.0f}"
+        return "-" if value is None else str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def frame_table(frame: Any, columns: Sequence[str]) -> str:
+    """A pandas DataFrame's `columns` (those it has) as a markdown table."""
+    shown = [c for c in columns if c in frame.columns]
+    return markdown_table(shown, frame[shown].itertuples(index=False))
+
+
+def compared_table(frame: Any, keys: Sequence[str]) -> str:
+    """`xfmr.compare`'s grouped DataFrame, narrowed to what a reader of the page needs: the
+    setting, n, the final metric's mean with its 95% t interval and, with a baseline, the
+    difference to it with Welch's interval and the Holm-corrected p-value."""
+    columns = list(frame.columns)
+
+    def named(start: str, end: str = "") -> str | None:
+        return next((c for c in columns if c.startswith(start) and c.endswith(end)), None)
+
+    mean, low, high = named("final", "mean"), named("final", "low"), named("final", "high")
+    header = [*keys, "n", f"{mean.removesuffix(' mean')} (95% t interval)"]
+    has_baseline = "Δ vs baseline" in columns
+    if has_baseline:
+        header += ["Δ vs baseline (95% Welch interval)", "p (Holm)", "significant"]
+    header += ["ms/step", "params", "note"]
+    rows = []
+    for record in frame.to_dict("records"):
+        row = [record[k] for k in keys] + [record["n"], _interval(record[mean], record[low],
+                                                                  record[high])]  # fmt: skip
+        if has_baseline:
+            delta = _interval(record["Δ vs baseline"], record[named("Δ", "low")],
+                              record[named("Δ", "high")], signed=True)  # fmt: skip
+            row += [delta, _number(record["p (Holm)"]), record["significant"]]
+        row += [_number(record.get("ms/step"), ".1f"), record.get("params"), record.get("note")]
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def _number(value: Any, spec: str = ".3g") -> str:
+    return "-" if value is None or value != value else format(value, spec)  # NaN != NaN
+
+
+def _interval(mean: Any, low: Any, high: Any, *, signed: bool = False) -> str:
+    if mean is None or mean != mean:
+        return "-"
+    shown = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+    if low is None or low != low:
+        return shown
+    return f"{shown} [{low:.3f}, {high:.3f}]"
+
+
+class Page:
+    """A markdown page and the PNGs beside it (docs/experiments/NAME.md, NAME/*.png)."""
+
+    def __init__(self, args: argparse.Namespace, name: str, title: str, question: str) -> None:
+        self.args = args
+        self.path = args.page / f"{name}.md"
+        self.figures = args.page / name
+        self.figures.mkdir(parents=True, exist_ok=True)
+        self.parts = [f"# {title}", question]
+        if args.quick:
+            self.parts.append(
+                "> Quick mode: a tiny model for a few steps, to test the script. No figure here "
+                "is a result."
+            )
+        self.parts.append(f"Produced by:\n\n    {args.command}")
+
+    def add(self, *texts: str) -> None:
+        self.parts.extend(texts)
+
+    def figure(self, figure: Any, name: str, caption: str) -> None:
+        """Save a matplotlib figure as NAME.png beside the page and show it there."""
+        import matplotlib.pyplot as plt
+
+        path = self.figures / f"{name}.png"
+        figure.savefig(path, dpi=90, bbox_inches="tight")
+        plt.close(figure)
+        self.parts.append(f"![{caption}]({self.figures.name}/{path.name})\n\n*{caption}*")
+
+    def write(self, runs: Sequence[Any]) -> Path:
+        """The page, ending with the machine and the wall time."""
+        trained_s = sum(run.results.get("wall_time_s") or 0.0 for run in runs if run)
+        minutes = (time.time() - self.args.started) / 60
+        self.parts.append(
+            "## Machine and time\n\n"
+            f"{machine()}. {len(runs)} runs of {self.args.steps} steps, "
+            f"{trained_s / 60:.1f} min of training by the runs' own results.json "
+            f"(wall_time_s); this script's last call took {minutes:.1f} min (runs it found "
+            "finished are reused, not retrained). Runs: `" + _shown(self.args.runs) + "`."
+        )
+        self.path.write_text("\n\n".join(self.parts) + "\n")
+        print(f"page: {self.path}")
+        return self.path
+
+
+def _shown(path: Path) -> str:
+    """A path under the repository relative to it, any other as it is."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
