@@ -104,12 +104,12 @@ class RunSummary(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_end = None
-        self._segment_start = time.perf_counter()
         self._flops = TrainingFlops.of(pl_module.model)
         dtype = precision_dtype(trainer.precision)
         # Rank 0 alone reports mfu; other ranks measuring at once would share the device.
         if self.peak_flops is None and dtype is not None and trainer.global_rank == 0:
             self.peak_flops = measured_peak_flops(pl_module.device, dtype, cache_dir=self.cache_dir)
+        self._segment_start = time.perf_counter()  # measuring the peak is no training
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -124,7 +124,10 @@ class RunSummary(L.Callback):
             "time_s": round(train_seconds, 3),
             **{k: v for k, v in metrics.items() if k.startswith("val/")},
         }
-        self.history.append(entry)
+        if self.history and self.history[-1]["step"] == entry["step"]:
+            self.history[-1] = entry  # the same step validated again (a finished run resumed)
+        else:
+            self.history.append(entry)
         value = metrics[self.monitor]
         better = (
             (value < self.best.get(self.monitor, float("inf")))

@@ -210,10 +210,14 @@ def _close(
     run_dir: Path,
     status: str,
 ) -> tuple[str | None, str]:
-    """Validate the last step (unless it just was) and save the last state: (failure, status)."""
-    if not summary.history or summary.history[-1]["step"] != trainer.global_step:
+    """Validate the last step (unless it just was) and save the last state: (failure, status).
+
+    A run resumed when it had already finished trains no step and validates nothing: it is
+    validated again, so that results.json still has its final metrics. (Lightning calls the
+    summary's on_validation_end from `validate` too, which records the entry.)"""
+    validated = summary.history and summary.history[-1]["step"] == trainer.global_step
+    if not validated or summary.monitor not in trainer.callback_metrics:
         trainer.validate(module, datamodule=datamodule, verbose=False)
-        summary.on_validation_end(trainer, module)
     try:
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     except DiskFull as e:
