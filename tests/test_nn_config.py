@@ -70,6 +70,14 @@ def test_rnn_rejects_positional_schemes(pos: str) -> None:
     assert f"pos.name={pos!r}" in message and "arch='rnn'" in message and "['none']" in message
 
 
+def test_heads_must_divide_the_width_of_a_transformer_but_not_of_an_rnn() -> None:
+    """An RNN has no heads: its width is free (an LSTM matched to a transformer's size is 222
+    wide), while a transformer's is split among its heads."""
+    with pytest.raises(ValueError, match="d_model=222 is not divisible by n_heads=4"):
+        _config(d_model=222, n_heads=4)
+    assert _config(arch="rnn", d_model=222, n_heads=4, pos=PosConfig(name="none")).d_model == 222
+
+
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
 @pytest.mark.parametrize("pos", sorted(POSITIONS))
 def test_transformers_accept_every_scheme(arch: str, pos: str) -> None:

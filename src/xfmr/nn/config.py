@@ -121,7 +121,7 @@ class ModelConfig:
         for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff", "n_decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.d_model % self.n_heads:
+        if self.d_model % self.n_heads and self.arch != "rnn":  # an RNN has no heads
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
                 f"choose n_heads among {divisors(self.d_model)}"
