@@ -75,7 +75,7 @@ def comparison(page: Page, runs: list[Any]) -> Any:
         "95% t interval over seeds, and the difference to learned positions with its interval "
         "and Welch's t-test p-value, Holm-corrected over the five comparisons "
         "(`xfmr-compare RUNS --group-by pos --baseline pos=learned`).",
-        compared_table(frame, ["pos"]),
+        compared_table(frame, ["pos"], timing=False),  # the question is loss, not speed
     )
     path = page.figures / "curves.png"
     save_curves_png(metric_curves(find_runs([run.path for run in runs]), "val/loss", ["pos"]),

@@ -27,6 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "data.batch_size=4")
 
 
+# How a script's runs train: quietly, the script printing a line per run.
+PLUMBING = ("print_config=false", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false", "callbacks.text_sample=null")  # fmt: skip
+
+
 def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:
     """The command line every experiment script takes; `doc` is its module docstring."""
     parser = argparse.ArgumentParser(
@@ -77,9 +82,7 @@ def trained(run_dir: Path, overrides: Sequence[str], *, quick: bool) -> Any:
     from xfmr.errors import RunFailed
 
     given = _merged([*overrides, *(QUICK if quick else ())])
-    every = [*given, f"hydra.run.dir={run_dir}", "print_config=false",
-             "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
-             "trainer.enable_model_summary=false", "callbacks.text_sample=null"]  # fmt: skip
+    every = [*given, f"hydra.run.dir={run_dir}", *PLUMBING]
     if (run_dir / "results.json").is_file():
         run = xfmr.open_run(run_dir)
         if run.status in ("completed", "failed") and _same(run.overrides, every):
@@ -95,6 +98,12 @@ def trained(run_dir: Path, overrides: Sequence[str], *, quick: bool) -> Any:
     return run
 
 
+def experiment_overrides(run: Any) -> list[str]:
+    """The overrides that make `run` the experiment it is: its own, less where it went and how
+    quietly it trained."""
+    return [o for o in run.overrides if o not in PLUMBING and not o.startswith("hydra.run.dir=")]
+
+
 def _merged(overrides: Sequence[str]) -> list[str]:
     """One override per key, the later winning (quick mode's over the script's)."""
     by_key = {override.split("=", 1)[0]: override for override in overrides}
@@ -102,7 +111,9 @@ def _merged(overrides: Sequence[str]) -> list[str]:
 
 
 def _same(recorded: Sequence[str], wanted: Sequence[str]) -> bool:
-    return sorted(recorded) == sorted(wanted)
+    """results.json's overrides are `wanted` (which also names the run directory, which
+    results.json leaves out)?"""
+    return sorted(recorded) == sorted(o for o in wanted if not o.startswith("hydra.run.dir="))
 
 
 def machine() -> str:
@@ -139,7 +150,7 @@ def frame_table(frame: Any, columns: Sequence[str]) -> str:
     return markdown_table(shown, frame[shown].itertuples(index=False))
 
 
-def compared_table(frame: Any, keys: Sequence[str]) -> str:
+def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> str:
     """`xfmr.compare`'s grouped DataFrame, narrowed to what a reader of the page needs: the
     setting, n, the final metric's mean with its 95% t interval and, with a baseline, the
     difference to it with Welch's interval and the Holm-corrected p-value."""
@@ -153,7 +164,7 @@ def compared_table(frame: Any, keys: Sequence[str]) -> str:
     has_baseline = "Δ vs baseline" in columns
     if has_baseline:
         header += ["Δ vs baseline (95% Welch interval)", "p (Holm)", "significant"]
-    header += ["ms/step", "params", "note"]
+    header += ["ms/step", "params", "note"] if timing else ["params", "note"]
     rows = []
     for record in frame.to_dict("records"):
         row = [record[k] for k in keys] + [record["n"], _interval(record[mean], record[low],
@@ -162,7 +173,9 @@ def compared_table(frame: Any, keys: Sequence[str]) -> str:
             delta = _interval(record["Δ vs baseline"], record[named("Δ", "low")],
                               record[named("Δ", "high")], signed=True)  # fmt: skip
             row += [delta, _number(record["p (Holm)"]), record["significant"]]
-        row += [_number(record.get("ms/step"), ".1f"), record.get("params"), record.get("note")]
+        if timing:
+            row.append(_number(record.get("ms/step"), ".1f"))
+        row += [record.get("params"), record.get("note")]
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -214,10 +227,11 @@ class Page:
         minutes = (time.time() - self.args.started) / 60
         self.parts.append(
             "## Machine and time\n\n"
-            f"{machine()}. {len(runs)} runs of {self.args.steps} steps, "
+            f"{machine()}. {len(runs)} run{'s' * (len(runs) != 1)} of {self.args.steps} steps, "
             f"{trained_s / 60:.1f} min of training by the runs' own results.json "
             f"(wall_time_s); this script's last call took {minutes:.1f} min (runs it found "
-            "finished are reused, not retrained). Runs: `" + _shown(self.args.runs) + "`."
+            f"finished are reused, not retrained); load average {os.getloadavg()[1]:.1f} over the "
+            "last 5 minutes of it. Runs: `" + _shown(self.args.runs) + "`."
         )
         self.path.write_text("\n\n".join(self.parts) + "\n")
         print(f"page: {self.path}")
