@@ -63,7 +63,9 @@ before it; **first**, on the window's first token; **word start**, on the latest
 newline before the query (where the current word starts); **same char**, total weight on
 earlier copies of the query's own character; **distance**, the mean number of tokens back the
 weight lies; **entropy** in nats. The last row is even attention over the causal window. A head
-is named by the measure furthest above even attention, when that is at least 0.3 of weight."""
+*reads as* the measures that hold at least 0.1 more weight than even attention gives, largest
+first, and by its mean distance as local (under a quarter of even attention's), broad (over
+three fifths) or mid-range."""
 
 
 @dataclass
@@ -135,12 +137,16 @@ def _mean(values: list[HeadStats]) -> HeadStats:
                         for f in fields(HeadStats)})  # fmt: skip
 
 
+LIFT = 0.1  # weight above even attention's that names a measure
+
+
 def role(stats: HeadStats, even: HeadStats) -> str:
-    """The measure furthest above even attention, if it holds at least 0.3 of the weight."""
-    lift, name = max((getattr(stats, n) - getattr(even, n), n) for n in WEIGHTS)
-    if lift >= 0.3:
-        return NAMES[name]
-    return "broad" if stats.distance >= even.distance * 0.8 else "local"
+    """What a head reads as: the measures well above even attention, and its range."""
+    lifts = sorted(((getattr(stats, n) - getattr(even, n), n) for n in WEIGHTS), reverse=True)
+    named = [NAMES[n] for lift, n in lifts if lift >= LIFT]
+    ratio = stats.distance / even.distance
+    reach = "local" if ratio < 0.25 else "broad" if ratio > 0.6 else "mid-range"
+    return ", ".join([*named, reach])
 
 
 def _table(stats: dict[tuple[str, int], HeadStats], block: int) -> str:
@@ -183,12 +189,28 @@ def _grid(maps: list[Any]) -> Any:
 def conclusions(stats: dict[tuple[str, int], HeadStats], block: int) -> str:
     """What the measures say, written from them."""
     even = stats[("even", 0)]
-    roles: dict[str, list[str]] = {}
-    for (layer, head), found in stats.items():
-        if layer != "even":
-            roles.setdefault(role(found, even), []).append(f"{_short(layer)} h{head}")
-    parts = [f"{name}: {', '.join(heads)}" for name, heads in sorted(roles.items())]
-    return "## What it shows\n\nThe heads by the measure that names them: " + "; ".join(parts) + "."
+    heads = {key: found for key, found in stats.items() if key[0] != "even"}
+    by_measure = []
+    for name in WEIGHTS:
+        lifted = [f"{_short(layer)} h{head}" for (layer, head), found in heads.items()
+                  if getattr(found, name) - getattr(even, name) >= LIFT]  # fmt: skip
+        by_measure.append(f"{NAMES[name]}: {', '.join(lifted) or 'none'}")
+    reach = {}
+    for (layer, head), found in heads.items():
+        reach.setdefault(role(found, even).rsplit(", ", 1)[-1], []).append(
+            f"{_short(layer)} h{head}"
+        )
+    ranges = [f"{name}: {', '.join(reach[name])}" for name in ("local", "mid-range", "broad")
+              if name in reach]  # fmt: skip
+    mean = sum(found.distance for found in heads.values()) / len(heads)
+    return (
+        "## What it shows\n\nHeads holding at least "
+        f"{LIFT} more weight than even attention on each measure: "
+        + "; ".join(by_measure)
+        + f".\n\nBy range: {'; '.join(ranges)}. Across heads, weight lies {mean:.1f} tokens back "
+        f"on average, where even attention over the {block}-token window would put it "
+        f"{even.distance:.1f} back."
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 Trains `experiment=nanogpt_shakespeare_char` (4 layers, d 128, block 64, char tokens) with the
 layer norm before each sublayer (`model.placement=pre`) and after each residual sum (`post`),
 at peak learning rates 1e-3, 3e-3 and 1e-2, with no warm-up and with a linear warm-up over the
-first 10% of the run, --seeds seeds each. Compares the final validation loss (95% t intervals;
+first 10% or 30% of the run, --seeds seeds each. Compares the final validation loss (95% t intervals;
 differences with Welch's intervals), counts the runs that diverged (stopped for a loss that was
 not finite, or ended above the unigram loss of the validation split) and draws the loss
 against the learning rate. Writes docs/experiments/layernorm.md.
@@ -23,7 +23,8 @@ from pages import Page, arguments, markdown_table, trained
 
 PLACEMENTS = ("pre", "post")
 LRS = (1e-3, 3e-3, 1e-2)
-WARMUPS = (0.0, 0.1)  # schedule.warmup_ratio: none (the first step takes the full lr), 10%
+# schedule.warmup_ratio: none (the first step takes the full lr), 10% and 30% of the run
+WARMUPS = (0.0, 0.1, 0.3)
 KEYS = ("model.placement", "optim.lr", "schedule.warmup_ratio")  # a setting, as compared
 
 
@@ -74,7 +75,8 @@ Normalization in the Transformer Architecture") argue so from the gradients at i
 Each placement is set in `experiment=nanogpt_shakespeare_char`, nothing else changed, and
 trained at peak learning rates 1e-3 (the experiment's own), 3e-3 and 1e-2, with no warm-up
 (`schedule.warmup_ratio=0`, which xfmr's checks accept: the first step takes the full rate)
-and with a linear warm-up over the first 10% of the run (`schedule.warmup_ratio=0.1`), then
+and with a linear warm-up over the first 10% or 30% of the run (`schedule.warmup_ratio=0.1`,
+`0.3`), then
 the experiment's cosine decay to a tenth of the peak. Gradients are clipped at norm 1, as in
 the experiment."""
 
@@ -175,19 +177,19 @@ def differences(page: Page, outcomes: dict) -> None:
             row.append(_difference(_losses(outcomes, "pre", lr, warmup),
                                    _losses(outcomes, "post", lr, warmup)))  # fmt: skip
         for placement in PLACEMENTS:
-            row.append(_difference(_losses(outcomes, placement, lr, WARMUPS[0]),
-                                   _losses(outcomes, placement, lr, WARMUPS[1])))  # fmt: skip
+            for warmup in WARMUPS[1:]:
+                row.append(_difference(_losses(outcomes, placement, lr, WARMUPS[0]),
+                                       _losses(outcomes, placement, lr, warmup)))  # fmt: skip
         rows.append(row)
-    first, second = (f"warm-up {w:g}" for w in WARMUPS)
-    header = ["lr", f"pre - post, {first}", f"pre - post, {second}", "warm-up's gain, pre",
-              "warm-up's gain, post"]  # fmt: skip
+    header = ["lr", *(f"pre - post, warm-up {w:g}" for w in WARMUPS),
+              *(f"gain of warm-up {w:g}, {p}" for p in PLACEMENTS for w in WARMUPS[1:])]  # fmt: skip
     page.add(
         "## Differences",
         "Differences of the mean final loss with Welch's 95% interval, over the runs that "
         "completed (a run stopped for a loss that was not finite has no final loss to "
         "difference; a cell without an interval had fewer than two such runs on a side). "
-        "*Pre - post*: negative means pre-LN ended lower. *Warm-up's gain*: the loss at "
-        f"{first} minus at {second}; positive means warm-up helped.",
+        "*Pre - post*: negative means pre-LN ended lower. *Gain of warm-up W*: the loss "
+        "without warm-up minus the loss with warm-up W; positive means warm-up helped.",
         markdown_table(header, rows),
     )
 
@@ -233,8 +235,8 @@ def _plot(outcomes: dict, unigram: float) -> Any:
     top = max([unigram, *finite]) + 0.15
     for index, (placement, warmup) in enumerate((p, w) for p in PLACEMENTS for w in WARMUPS):
         color = f"C{PLACEMENTS.index(placement)}"
-        style = "-" if warmup else "--"
-        shift = 1.06 ** (index - 1.5)  # side by side at each lr, not on top of each other
+        style = ("--", "-", ":")[WARMUPS.index(warmup) % 3]
+        shift = 1.05 ** (index - (len(PLACEMENTS) * len(WARMUPS) - 1) / 2)  # side by side
         xs, means = [], []
         for lr in LRS:
             chosen = _of(outcomes, placement, lr, warmup)
@@ -294,10 +296,11 @@ def _best(outcomes: dict, placement: str) -> str | None:
 def verdict(outcomes: dict) -> str:
     """The answer to the page's question: where warm-up kept each placement's runs from
     diverging, and where it lowered their loss."""
-    rescued = {p: [lr for lr in LRS if _rescued(outcomes, p, lr)] for p in PLACEMENTS}
-    helped = {p: [lr for lr in LRS if _helped(outcomes, p, lr)] for p in PLACEMENTS}
-    post_only = [lr for lr in rescued["post"] if lr not in rescued["pre"]]
-    lower_only = [lr for lr in helped["post"] if lr not in helped["pre"]]
+    pairs = [(lr, w) for lr in LRS for w in WARMUPS[1:]]
+    rescued = {p: [(lr, w) for lr, w in pairs if _rescued(outcomes, p, lr, w)] for p in PLACEMENTS}
+    helped = {p: [(lr, w) for lr, w in pairs if _helped(outcomes, p, lr, w)] for p in PLACEMENTS}
+    post_only = sorted({lr for lr, _ in rescued["post"]} - {lr for lr, _ in rescued["pre"]})
+    lower_only = sorted({lr for lr, _ in helped["post"]} - {lr for lr, _ in helped["pre"]})
     if post_only:
         answer = (f"So post-LN needed warm-up where pre-LN did not at lr {_listed(post_only)}: "
                   "on these runs, yes.")  # fmt: skip
@@ -315,23 +318,33 @@ def verdict(outcomes: dict) -> str:
             f"zero, for {_placements(helped)}. {answer}")  # fmt: skip
 
 
-def _rescued(outcomes: dict, placement: str, lr: float) -> bool:
-    """Fewer of the runs at `lr` diverged with warm-up than without it."""
-    without, with_ = (sum(o.diverged for o in _of(outcomes, placement, lr, w)) for w in WARMUPS)
+def _rescued(outcomes: dict, placement: str, lr: float, warmup: float) -> bool:
+    """Fewer of the runs at `lr` diverged with `warmup` than without warm-up."""
+    without, with_ = (sum(o.diverged for o in _of(outcomes, placement, lr, w))
+                      for w in (WARMUPS[0], warmup))  # fmt: skip
     return with_ < without
 
 
-def _helped(outcomes: dict, placement: str, lr: float) -> bool:
-    """The final loss without warm-up is above the loss with it, Welch's interval above 0."""
+def _helped(outcomes: dict, placement: str, lr: float, warmup: float) -> bool:
+    """The final loss without warm-up is above the loss with `warmup`, Welch's interval
+    above 0."""
     from xfmr.runs.compare.stats import welch
 
     gain = welch(_losses(outcomes, placement, lr, WARMUPS[0]),
-                 _losses(outcomes, placement, lr, WARMUPS[1]))  # fmt: skip
+                 _losses(outcomes, placement, lr, warmup))  # fmt: skip
     return gain is not None and gain.low > 0
 
 
-def _placements(lrs: dict[str, list[float]]) -> str:
-    return "; ".join(f"{p}-LN at " + (f"lr {_listed(lrs[p])}" if lrs[p] else "no learning rate")
+def _placements(found: dict[str, list[tuple[float, float]]]) -> str:
+    """Each placement's (lr, warm-up) pairs: "pre-LN at lr 0.003 (warm-up 0.1, 0.3); ..."."""
+
+    def pairs(placement: str) -> str:
+        lrs = sorted({lr for lr, _ in found[placement]})
+        return ", ".join(f"lr {lr:g} (warm-up "
+                         + ", ".join(f"{w:g}" for r, w in found[placement] if r == lr) + ")"
+                         for lr in lrs)  # fmt: skip
+
+    return "; ".join(f"{p}-LN at " + (pairs(p) if found[p] else "no learning rate")
                      for p in PLACEMENTS)  # fmt: skip
 
 

@@ -43,7 +43,7 @@ def main() -> None:
     # two alternate, so that a machine busier at one time than another slows both alike.
     first = trained(args.runs / "decoder-seed1", overrides(args, "decoder", 1), quick=args.quick)
     matching = matched(first, overrides(args, "rnn", 1, width=1), quick=args.quick)
-    runs = {("decoder", 1): first}  # trained once: `trained` on a finished run would resume it
+    runs = {("decoder", 1): first}
     for seed in range(1, args.seeds + 1):
         for arch in ARCHS:
             if (arch, seed) not in runs:

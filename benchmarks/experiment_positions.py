@@ -21,6 +21,7 @@ from pages import Page, arguments, compared_table, markdown_table, trained
 
 SCHEMES = ("learned", "sinusoidal", "relative", "rotary", "alibi", "none")
 LENGTHS = (1, 2, 4)  # times the trained block
+SMOOTHING = 8  # positions per point of the by-position plot's smoothed lines
 
 
 def main() -> None:
@@ -138,8 +139,10 @@ def lengths(page: Page, by_length: dict[tuple[str, int], list], block: int) -> N
     )
     if refusals:  # one of them: they differ only in the length asked for
         page.add(f"Refused, in xfmr-eval's words:\n\n    {min(refusals)}")
-    page.figure(_plot(by_length, block), "by_position", f"loss by position at {4 * block} "
-                f"tokens, mean over seeds; trained at {block} (dashed)")  # fmt: skip
+    page.figure(_plot(by_length, block), "by_position", f"loss by position in windows of "
+                f"{4 * block} tokens, mean over seeds (faint) and its mean over {SMOOTHING} "
+                f"positions; trained at {block} (dashed); learned positions cannot run past "
+                "it")  # fmt: skip
 
 
 def _span(rows: list[tuple[float, int]], start: int, stop: int | None) -> float:
@@ -171,13 +174,21 @@ def _plot(by_length: dict[tuple[str, int], list], block: int) -> Any:
         if not seeds:
             continue
         mean = [sum(s[t][0] for s in seeds) / len(seeds) for t in range(len(seeds[0]))]
-        axes.plot(range(len(mean)), mean, label=pos, linewidth=1.2)
-        top = max(top, *mean[: 2 * block])
+        [line] = axes.plot(range(len(mean)), mean, linewidth=0.6, alpha=0.35)
+        smooth = _moving_average(mean, SMOOTHING)
+        axes.plot(range(len(smooth)), smooth, color=line.get_color(), label=pos, linewidth=1.6)
+        top = max(top, *smooth)
     axes.axvline(block - 0.5, color="black", linestyle="--", linewidth=1)
     axes.set(xlabel="position", ylabel="validation loss (nats)", ylim=(None, top + 0.5))
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
     return figure
+
+
+def _moving_average(values: list[float], width: int) -> list[float]:
+    """The mean of each value and the width - 1 before it (fewer at the start)."""
+    return [sum(values[max(0, t - width + 1) : t + 1]) / (t + 1 - max(0, t - width + 1))
+            for t in range(len(values))]  # fmt: skip
 
 
 def conclusions(frame: Any, by_length: dict[tuple[str, int], list], block: int) -> str:

@@ -58,10 +58,19 @@ def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namesp
     args.started = time.time()
     args.command = " ".join(
         ["python", str(Path(sys.argv[0]).resolve().relative_to(ROOT))]
-        + [shlex.quote(a) for a in sys.argv[1:]]
+        + [shlex.quote(_beside(a)) for a in sys.argv[1:]]
     )
     _quiet()
     return args
+
+
+def _beside(argument: str) -> str:
+    """A path beside the repository (../shared/...) as the page's reader, in the repository,
+    would type it."""
+    path = Path(argument)
+    if path.is_absolute() and path.is_relative_to(ROOT.parent) and path.exists():
+        return os.path.relpath(path, ROOT)
+    return argument
 
 
 def _quiet() -> None:

@@ -3,6 +3,7 @@ measured, each measure beside even attention's."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,15 @@ def test_the_attention_page_measures_every_head(tmp_path: Path) -> None:
         assert all(0 <= f <= 1 for f in fractions), row
         assert 0 <= distance <= 15 and 0 <= entropy <= 2.8, row  # ln 16 = 2.77
     self_, previous, first, _, _, distance, entropy = map(float, rows[-1][2:9])
-    # Even over t + 1 keys, averaged over queries t = 1..15: H_16 - 1 on each of them.
+    # Even over t + 1 keys, averaged over queries t = 1..15: (H_16 - 1) / 15 on each of them.
     harmonic = sum(1 / (t + 1) for t in range(1, 16)) / 15
     assert self_ == previous == first == pytest.approx(harmonic, abs=1e-3)
     assert distance == pytest.approx(sum(t / 2 for t in range(1, 16)) / 15, abs=1e-3)
-    assert rows[0][1] in ("self", "previous token", "first token", "word start",
-                          "same character", "broad", "local")  # fmt: skip
+    measures = "self|previous token|first token|word start|same character"
+    for row in rows[:-1]:
+        assert re.fullmatch(rf"(?:(?:{measures}), )*(?:local|mid-range|broad)", row[1]), row
+        evens = {"self": self_, "previous token": previous, "first token": first}
+        for column, (name, even) in enumerate(evens.items(), start=2):
+            lift = float(row[column]) - even  # named exactly when 0.1 above even attention
+            assert (name in row[1]) == (lift >= 0.1) or abs(lift - 0.1) < 2e-3, (row, name)
     assert is_png(tmp_path / "page" / "attention" / "heads.png")

@@ -16,7 +16,7 @@ import pytest
 from experiment_scripts import run_quick
 
 SETTINGS = {(placement, lr, warmup) for placement in ("pre", "post")
-            for lr in ("0.001", "0.003", "0.01") for warmup in ("0", "0.1")}  # fmt: skip
+            for lr in ("0.001", "0.003", "0.01") for warmup in ("0", "0.1", "0.3")}  # fmt: skip
 SEEDS = (1, 2)  # quick mode's
 SECTIONS = ("# Layer norm placement and warm-up", "## Final validation loss and divergence",
             "## Differences", "## What it shows", "## Machine and time")  # fmt: skip
@@ -24,7 +24,8 @@ LOSS_ROW = re.compile(
     r"^\| (pre|post) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| ([^|]+) \| (\d+) \| (\d+) \| ([^|]+) \|$",
     re.MULTILINE,
 )
-DIFFERENCE_ROW = re.compile(r"^\| (0\.001|0\.003|0\.01) \|((?: [^|]+ \|){4})$", re.MULTILINE)
+# lr, then pre - post at each of 3 warm-ups, then the gain of 2 warm-ups for each placement.
+DIFFERENCE_ROW = re.compile(r"^\| (0\.001|0\.003|0\.01) \|((?: [^|]+ \|){7})$", re.MULTILINE)
 TRAINED_LINE = re.compile(r"^  \S+-seed\d: (completed|failed), ", re.MULTILINE)
 
 
