@@ -13,6 +13,7 @@ and 4x the trained block and draws the loss by position. Writes docs/experiments
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -98,14 +99,21 @@ def evaluations(runs: dict[tuple[str, int], Any], block: int) -> dict[tuple[str,
         for times in LENGTHS:
             out = run.path / f"eval-{block * times}.json"
             try:
-                report = run.evaluate(data={"block_size": block * times, "val_batches": None},
-                                      out=out)  # fmt: skip
+                report = _evaluated(run, block * times, out)
             except UserError as e:
                 found.setdefault((pos, times), []).append(str(e))
                 continue
             rows = _by_position(Path(report["by_position"]["csv"]))
             found.setdefault((pos, times), []).append((report["loss"], rows))
     return found
+
+
+def _evaluated(run: Any, length: int, out: Path) -> dict:
+    """The run's evaluation at `length` on the whole validation split: the report an earlier
+    call wrote after the run ended, else a new one."""
+    if out.is_file() and out.stat().st_mtime >= (run.path / "results.json").stat().st_mtime:
+        return json.loads(out.read_text())
+    return run.evaluate(data={"block_size": length, "val_batches": None}, out=out)
 
 
 def _by_position(path: Path) -> list[tuple[float, int]]:

@@ -23,8 +23,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A quick run: the same composition shrunk to seconds (the tests' size), never a figure.
-QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "data.batch_size=4")
+# A quick run: the same composition shrunk to seconds (the tests' size), never a figure. A fixed
+# peak FLOP/s: measuring it takes both cores for a second or two, and a busy machine (a test
+# suite) would measure it again for every run.
+QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "data.batch_size=4",
+         "throughput.peak_tflops=1")  # fmt: skip
 
 
 # How a script's runs train: quietly, the script printing a line per run.

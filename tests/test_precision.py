@@ -76,7 +76,7 @@ def _history(tmp_path: Path, *overrides: str) -> tuple[str, list[dict]]:
     train(cfg)
     results = read_results(Path(cfg.paths.output_dir))
     return results["precision"], [
-        {k: v for k, v in row.items() if k != "ms_per_step"} for row in results["history"]
+        {k: v for k, v in row.items() if k != "time_s"} for row in results["history"]
     ]
 
 
