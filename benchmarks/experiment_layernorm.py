@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pages import Page, arguments, markdown_table, trained
+from pages import Page, arguments, interval, markdown_table, trained
 
 PLACEMENTS = ("pre", "post")
 LRS = (1e-3, 3e-3, 1e-2)
@@ -146,7 +146,7 @@ def losses(
         chosen = _of(outcomes, placement, lr, warmup)
         rises = [o.rise for o in chosen if o.rise is not None]
         rows.append([placement, f"{lr:g}", f"{warmup:g}", record.get("n", 0),
-                     _interval(record.get(mean), record.get(low), record.get(high)),
+                     interval(record.get(mean), record.get(low), record.get(high)),
                      sum(o.diverged for o in chosen), sum(o.failed for o in chosen),
                      max(rises) if rises else None])  # fmt: skip
     header = ["placement", "lr", "warm-up", "completed", "final val/loss (95% t interval)",
@@ -216,12 +216,6 @@ def _difference(values: list[float], others: list[float]) -> str:
     if found is None:
         return f"{sum(values) / len(values) - sum(others) / len(others):+.3f}"
     return f"{found.delta:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
-
-
-def _interval(mean: float | None, low: float | None, high: float | None) -> str:
-    if mean is None or mean != mean:  # NaN != NaN
-        return "-"
-    return f"{mean:.3f}" if low is None or low != low else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def _plot(outcomes: dict, unigram: float) -> Any:

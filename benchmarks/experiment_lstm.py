@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pages import (
-    QUICK,
     Page,
     arguments,
     compared_table,
     experiment_overrides,
     markdown_table,
     trained,
+    with_quick,
 )
 
 ARCHS = ("decoder", "rnn")
@@ -132,8 +132,7 @@ def _composed(overrides: list[str], *, quick: bool) -> Any:
     """The resolved config of a run of `overrides`, as `trained` merges them with quick mode's."""
     import xfmr
 
-    by_key = {o.split("=", 1)[0]: o for o in [*overrides, *(QUICK if quick else ())]}
-    return xfmr.compose(*by_key.values(), "hydra.run.dir=unused").config
+    return xfmr.compose(*with_quick(overrides, quick=quick), "hydra.run.dir=unused").config
 
 
 def _count(model: Any, pos: Any, vocab_size: int) -> int:

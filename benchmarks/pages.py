@@ -93,7 +93,7 @@ def trained(run_dir: Path, overrides: Sequence[str], *, quick: bool) -> Any:
     import xfmr
     from xfmr.errors import RunFailed
 
-    given = _merged([*overrides, *(QUICK if quick else ())])
+    given = with_quick(overrides, quick=quick)
     every = [*given, f"hydra.run.dir={run_dir}", *PLUMBING]
     if (run_dir / "results.json").is_file():
         run = xfmr.open_run(run_dir)
@@ -116,9 +116,9 @@ def experiment_overrides(run: Any) -> list[str]:
     return [o for o in run.overrides if o not in PLUMBING and not o.startswith("hydra.run.dir=")]
 
 
-def _merged(overrides: Sequence[str]) -> list[str]:
-    """One override per key, the later winning (quick mode's over the script's)."""
-    by_key = {override.split("=", 1)[0]: override for override in overrides}
+def with_quick(overrides: Sequence[str], *, quick: bool) -> list[str]:
+    """`overrides`, with quick mode's in place of the script's for the keys both set."""
+    by_key = {o.split("=", 1)[0]: o for o in [*overrides, *(QUICK if quick else ())]}
     return list(by_key.values())
 
 
@@ -156,12 +156,6 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def frame_table(frame: Any, columns: Sequence[str]) -> str:
-    """A pandas DataFrame's `columns` (those it has) as a markdown table."""
-    shown = [c for c in columns if c in frame.columns]
-    return markdown_table(shown, frame[shown].itertuples(index=False))
-
-
 def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> str:
     """`xfmr.compare`'s grouped DataFrame, narrowed to what a reader of the page needs: the
     setting, n, the final metric's mean with its 95% t interval and, with a baseline, the
@@ -179,10 +173,10 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
     header += ["ms/step", "params", "note"] if timing else ["params", "note"]
     rows = []
     for record in frame.to_dict("records"):
-        row = [record[k] for k in keys] + [record["n"], _interval(record[mean], record[low],
+        row = [record[k] for k in keys] + [record["n"], interval(record[mean], record[low],
                                                                   record[high])]  # fmt: skip
         if has_baseline:
-            delta = _interval(record["Δ vs baseline"], record[named("Δ", "low")],
+            delta = interval(record["Δ vs baseline"], record[named("Δ", "low")],
                               record[named("Δ", "high")], signed=True)  # fmt: skip
             row += [delta, _number(record["p (Holm)"]), record["significant"]]
         if timing:
@@ -196,7 +190,8 @@ def _number(value: Any, spec: str = ".3g") -> str:
     return "-" if value is None or value != value else format(value, spec)  # NaN != NaN
 
 
-def _interval(mean: Any, low: Any, high: Any, *, signed: bool = False) -> str:
+def interval(mean: Any, low: Any, high: Any, *, signed: bool = False) -> str:
+    """'mean [low, high]', the mean alone without an interval, '-' without a mean."""
     if mean is None or mean != mean:
         return "-"
     shown = f"{mean:+.3f}" if signed else f"{mean:.3f}"
