@@ -263,3 +263,18 @@ def test_compare_gives_xfmr_compares_table_as_a_dataframe(
     assert table.attrs["metric"] == "val/loss" and table.attrs["mode"] == "min"
     assert set(table["pos"].fillna("")) >= {"rotary"}
     assert list(xfmr.compare([finished.path, other.path])["run"]) == list(table["run"])
+
+
+def test_a_finished_run_trained_again_keeps_its_results_and_one_entry_per_validation(
+    tmp_path: Path,
+) -> None:
+    """Five steps validated every two: the last validation (step 5, not a validation step)
+    is recorded once, and training the finished run again trains nothing and keeps its final
+    metrics (it once wrote empty ones)."""
+    experiment = xfmr.compose(*tiny(tmp_path, "trainer.max_steps=5"))
+    first = xfmr.train(experiment).results
+    assert [h["step"] for h in first["history"]] == [2, 4, 5]
+    again = xfmr.train(experiment).results
+    assert again["status"] == "completed" and again["step"] == 5
+    assert again["metrics"]["val/loss"] == first["metrics"]["val/loss"]
+    assert again["history"] == first["history"]
