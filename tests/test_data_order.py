@@ -1,8 +1,10 @@
 """The training order: a permutation per epoch computed index by index, dealt to DDP ranks,
-resumable at any batch, with memory that does not grow with the dataset."""
+resumable at any batch, with memory that does not grow with the dataset; and each batch's
+random numbers, the same whether the batch is made in a worker process or the training one."""
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from xfmr.data.order import EpochSampler, LazyPermutation, TrainingLoader
+from xfmr.objectives.mlm import mask_tokens
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 17, 1000, 65537])
@@ -81,3 +84,60 @@ def test_memory_does_not_grow_with_the_dataset():
         return size
 
     assert peak(1_000_000_000) < peak(100_000) + 1_000_000
+
+
+def mlm_collate(blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """BERT's masking, and a draw from numpy's and Python's generators: all three must be
+    seeded wherever the batch is collated. At module level, so that workers can load it."""
+    ids = torch.stack(blocks)
+    corrupted, labels = mask_tokens(ids, mask_id=1, vocab_size=32, special_ids=torch.tensor([0, 1]))
+    draws = torch.tensor([np.random.rand(), random.random()], dtype=torch.float64)
+    return {"input_ids": corrupted, "labels": labels, "draws": draws}
+
+
+def mlm_loader(num_workers: int) -> TrainingLoader:
+    blocks = [torch.arange(i, i + 16) % 30 + 2 for i in range(48)]
+    return TrainingLoader(
+        blocks, batch_size=4, collate_fn=mlm_collate, num_workers=num_workers, seed=11
+    )
+
+
+def batches_and_step_draws(batches) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Each batch, with the numbers the training process draws after it (its dropout)."""
+    return [(batch, step_draws()) for batch in batches]
+
+
+def step_draws() -> torch.Tensor:
+    return torch.tensor([torch.rand(()).item(), np.random.rand(), random.random()])
+
+
+def assert_same_batches(got, expected) -> None:
+    assert len(got) == len(expected)
+    for (batch, step), (batch_ref, step_ref) in zip(got, expected, strict=True):
+        assert batch.keys() == batch_ref.keys()
+        assert all(torch.equal(batch[key], batch_ref[key]) for key in batch)
+        assert torch.equal(step, step_ref)
+
+
+def test_masks_and_step_numbers_do_not_depend_on_the_number_of_workers():
+    in_process = batches_and_step_draws(mlm_loader(0))
+    in_workers = batches_and_step_draws(mlm_loader(2))
+    assert_same_batches(in_workers, in_process)
+    masks = [batch["labels"] for batch, _ in in_process]
+    assert not all(torch.equal(masks[0], mask) for mask in masks[1:])  # masks are drawn
+    # The training step's numbers are not the collate's over again.
+    assert all(not torch.equal(step[1:], batch["draws"]) for batch, step in in_process)
+
+
+def test_a_loader_with_workers_restored_mid_epoch_goes_on_with_the_same_batches():
+    whole = batches_and_step_draws(mlm_loader(0))
+    first = mlm_loader(2)
+    batches = iter(first)
+    for _ in range(5):  # the workers have made batches beyond these; they are not handed out
+        next(batches)
+    state = first.state_dict()
+    del batches, first
+    resumed = mlm_loader(2)
+    resumed.load_state_dict(state)
+    assert_same_batches(batches_and_step_draws(resumed), whole[5:])
+    assert_same_batches(batches_and_step_draws(resumed), whole)  # the next epoch from its start

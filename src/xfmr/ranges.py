@@ -19,15 +19,15 @@ from xfmr.errors import UserError
 @dataclass(frozen=True)
 class Number:
     """Integers (`whole`) or any finite number, within [low, high]; `open_low` / `open_high`
-    leave a bound out. `special` lists values allowed outside the range and what they mean;
-    `items` asks for a list of that many."""
+    leave a bound out. `special` lists values allowed outside the range (a number, or a word
+    such as auto) and what they mean; `items` asks for a list of that many."""
 
     whole: bool = False
     low: float | None = None
     high: float | None = None
     open_low: bool = False
     open_high: bool = False
-    special: dict[int, str] = field(default_factory=dict)
+    special: dict[int | str, str] = field(default_factory=dict)
     items: int | None = None
 
     def accepts(self, value: Any) -> bool:
@@ -40,6 +40,8 @@ class Number:
         return self._accepts_one(value)
 
     def _accepts_one(self, value: Any) -> bool:
+        if isinstance(value, str):
+            return value in self.special
         kinds = int if self.whole else int | float
         if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
             return False
@@ -77,6 +79,7 @@ POSITIVE = Number(low=0, open_low=True)
 SEED = Number(whole=True, low=0, high=2**32 - 1)  # numpy's seed range (Lightning seeds it too)
 RUN_STEPS = Number(whole=True, low=1, special={-1: "no step limit: trainer.max_epochs ends it"})
 TOP_K = Number(whole=True, low=0, special={-1: "keep every checkpoint"})
+WORKERS = Number(whole=True, low=0, special={"auto": "chosen for the device the run trains on"})
 
 # Each key: the forms it accepts (any one will do), and what null means where null is allowed.
 NUMERIC_KEYS: dict[str, tuple[tuple[Number, ...], str | None]] = {
@@ -115,7 +118,7 @@ NUMERIC_KEYS: dict[str, tuple[tuple[Number, ...], str | None]] = {
     "data.block_size": ((STEPS,), None),
     "data.train_stride": ((STEPS,), None),
     "data.val_batches": ((STEPS,), "every window of the validation split"),
-    "data.num_workers": ((COUNT,), None),
+    "data.num_workers": ((WORKERS,), None),
     "data.val_fraction": ((FRACTION_OPEN,), "validate on data.val_split"),
     "data.max_length": ((STEPS,), "no limit"),
     "data.max_query_length": ((STEPS,), None),

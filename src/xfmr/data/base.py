@@ -11,7 +11,9 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.formats.bad_rows import BadRows
+from xfmr.data.loading import device_loading
 from xfmr.data.order import TrainingLoader
+from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 
 log = logging.getLogger("xfmr")
@@ -54,9 +56,11 @@ def make_loader(
     num_workers: int,
     collate_fn: Callable[[list[Any]], dict] | None,
     drop_last: bool = False,
+    pin_memory: bool = False,
 ) -> DataLoader:
     """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
-    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch."""
+    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch.
+    `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
             dataset,  # type: ignore[arg-type]
@@ -64,6 +68,7 @@ def make_loader(
             collate_fn=collate_fn,
             drop_last=drop_last,
             num_workers=num_workers,
+            pin_memory=pin_memory,
         )
     return DataLoader(
         dataset,
@@ -72,6 +77,7 @@ def make_loader(
         drop_last=drop_last,
         num_workers=num_workers,
         collate_fn=collate_fn,
+        pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
     )
 
@@ -83,16 +89,17 @@ class ExamplesDataModule(L.LightningDataModule):
 
     Args:
         batch_size: examples per batch (per process under DDP).
-        num_workers: DataLoader workers.
+        num_workers: DataLoader worker processes, or "auto": chosen for the device the run
+            trains on when the loaders are built (`xfmr.data.loading`).
     """
 
     train_set: Dataset | Sequence[Any] | None
     val_set: Dataset | Sequence[Any] | None
 
-    def __init__(self, *, batch_size: int, num_workers: int) -> None:
+    def __init__(self, *, batch_size: int, num_workers: int | str = AUTO_WORKERS) -> None:
         super().__init__()
         self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.num_workers = check_num_workers(num_workers)
         self.collate_fn: Callable[[list[Any]], dict] | None = None
 
     def train_dataloader(self) -> DataLoader:
@@ -102,10 +109,12 @@ class ExamplesDataModule(L.LightningDataModule):
         return self._loader(self.val_set, shuffle=False)
 
     def _loader(self, dataset: Dataset | Sequence[Any] | None, *, shuffle: bool) -> DataLoader:
+        loading = device_loading(self.trainer, self.num_workers, training=shuffle)
         return make_loader(
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
-            num_workers=self.num_workers,
+            num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
+            pin_memory=loading.pin_memory,
         )

@@ -12,6 +12,7 @@ from xfmr.data.files import require_paths
 from xfmr.data.formats.bad_rows import ON_BAD_ROW_CHOICES, BadRow, BadRows
 from xfmr.data.formats.conll import TaggedSentence, conll_blocks, read_conll
 from xfmr.data.formats.reading import read_lines
+from xfmr.data.settings import AUTO_WORKERS
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -41,7 +42,7 @@ class ConllDataModule(ExamplesDataModule):
         tag_scheme: str | None = "iob2",
         labels: list[str] | None = None,
         batch_size: int = 32,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)

@@ -8,6 +8,7 @@ from typing import Any
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
 from xfmr.data.formats.delimited import TextExample, read_delimited
+from xfmr.data.settings import AUTO_WORKERS
 from xfmr.text.tokenizers import TextTokenizer
 
 
@@ -33,7 +34,7 @@ class DelimitedDataModule(ExamplesDataModule):
         text_pair_field: str | int | None = None,
         labels: list[str] | None = None,
         batch_size: int = 32,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.base import ExamplesDataModule, cache_setting, require_positive
 from xfmr.data.files import read_utf8, text_files
+from xfmr.data.settings import AUTO_WORKERS
 from xfmr.errors import UserError
 from xfmr.text.corpus_files import READ_CHARS, document_lines, sentences_per_document
 from xfmr.text.sample import head
@@ -153,7 +154,7 @@ class DocumentsDataModule(ExamplesDataModule):
             per line, a blank line between documents (a file's end also ends one).
         val_fraction: the tail fraction of the documents used for validation (at least two).
         batch_size: sentence pairs per batch (per process under DDP).
-        num_workers: DataLoader workers.
+        num_workers: DataLoader worker processes, or "auto" (`xfmr.data.loading`).
         val_seed: the seed the validation pairs are drawn with, once.
         cache: encode the sentences once per tokenizer into `cache_dir` and memory-map them
             (xfmr.text.token_cache); false encodes them in memory in every run.
@@ -168,7 +169,7 @@ class DocumentsDataModule(ExamplesDataModule):
         path: str | Sequence[str] | None = None,
         val_fraction: float = 0.1,
         batch_size: int = 32,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         val_seed: int = 0,
         cache: bool = False,
         cache_dir: str | None = None,

@@ -20,6 +20,7 @@ from xfmr.data.hf_rows import class_names, require_columns, text_rows
 from xfmr.data.hf_source import HFSource
 from xfmr.data.hf_stream import HFStreamingDataModule
 from xfmr.data.parallel import ParallelDataModule
+from xfmr.data.settings import AUTO_WORKERS
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.declared import declare
 from xfmr.errors import UserError
@@ -124,7 +125,7 @@ def hf_datamodule(
     train_stride: int = 1,
     max_length: int | None = None,
     batch_size: int = 32,
-    num_workers: int = 0,
+    num_workers: int | str = AUTO_WORKERS,
     on_bad_row: str = "error",
     streaming: bool = False,
     val_rows: int | None = None,
@@ -191,7 +192,7 @@ def _in_memory_datamodule(
     max_length: int | None,
     on_bad_row: str,
     batch_size: int,
-    num_workers: int,
+    num_workers: int | str,
 ) -> L.LightningDataModule:
     """The file module of `kind` over whole splits in memory, given only the settings it reads."""
     common = {"batch_size": batch_size, "num_workers": num_workers}

@@ -22,6 +22,8 @@ from xfmr.data.base import make_loader, require_positive
 from xfmr.data.formats.bad_rows import BadRow, BadRows
 from xfmr.data.hf_rows import BadCell, class_names, row_cells
 from xfmr.data.hf_source import HFSource
+from xfmr.data.loading import device_loading
+from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 from xfmr.text.sample import head
 from xfmr.text.tokenizers import TextTokenizer
@@ -111,7 +113,7 @@ class HFStreamingDataModule(L.LightningDataModule):
         max_length: int | None = None,
         shuffle_buffer: int = 10_000,
         batch_size: int = 32,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__()
@@ -127,7 +129,7 @@ class HFStreamingDataModule(L.LightningDataModule):
         self.max_length = max_length
         self.shuffle_buffer = shuffle_buffer
         self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.num_workers = check_num_workers(num_workers)
         self.on_bad_row = on_bad_row
         self.tokenizer: TextTokenizer | None = None
         self.collate_fn: Callable[[list[Any]], dict] | None = None
@@ -283,13 +285,17 @@ class HFStreamingDataModule(L.LightningDataModule):
             raise RuntimeError(
                 "attach(tokenizer, collate_fn) must be called before the loaders are built"
             )
+        # A worker beyond the stream's shards would have no rows to read.
+        shards = getattr(dataset.rows, "num_shards", None)
+        loading = device_loading(self.trainer, self.num_workers, training=training, most=shards)
         return make_loader(
             dataset,
             batch_size=self.batch_size,
             shuffle=False,  # the stream's buffer shuffles; a DataLoader cannot
             drop_last=training,
-            num_workers=self.num_workers,
+            num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
+            pin_memory=loading.pin_memory,
         )
 
 

@@ -7,8 +7,11 @@ corpus of 250M tokens read at every offset) and can only resume by replaying the
 torchdata's StatefulDataLoader resumes, but fast-forwards that same sampler. Here the epoch's
 permutation is computed index by index (`LazyPermutation`), and the training loader records how
 many batches of the epoch it has handed out (`state_dict`, which Lightning stores in every
-checkpoint), then reseeds torch, numpy and Python's generators before each batch, so masking,
-sentence-pair draws and dropout depend only on the batch's place in the run.
+checkpoint). Each batch's indices travel with a key made from that place (`KeyedBatch`), and
+torch, numpy and Python's generators are seeded from it in whichever process reads and
+collates the batch, a loader worker or the training process; the training process reseeds them
+from a key derived from it when the batch arrives. Masking, sentence-pair draws and dropout then depend
+only on the batch's place in the run, not on how many workers made it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterator, Sized
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 _ROUNDS = 6  # Feistel rounds: 4 already make a strong pseudo-random permutation (Luby-Rackoff)
@@ -113,12 +116,61 @@ class EpochSampler(DistributedSampler):
         return self.num_samples
 
 
-def seed_batch(seed: int, epoch: int, batch: int, rank: int) -> None:
-    """Seed torch, numpy and Python's generators for one training batch."""
-    key = _splitmix64(epoch_seed(seed, epoch) ^ _splitmix64((batch << 16) | rank))
+def batch_key(seed: int, epoch: int, batch: int, rank: int) -> int:
+    """The 64-bit key of one training batch's random numbers."""
+    return _splitmix64(epoch_seed(seed, epoch) ^ _splitmix64((batch << 16) | rank))
+
+
+def seed_generators(key: int) -> None:
+    """Seed torch, numpy and Python's generators from a 64-bit key."""
     torch.manual_seed(key & ((1 << 63) - 1))
     np.random.seed(key & 0xFFFFFFFF)
     random.seed(key)
+
+
+class KeyedBatch(NamedTuple):
+    """A batch's dataset indices, with the key its random numbers are drawn from."""
+
+    key: int
+    indices: list[int]
+
+
+class KeyedBatches:
+    """The batches of an `EpochSampler`'s order, each a `KeyedBatch` keyed by (seed, epoch,
+    position in the epoch, rank); a resumed epoch (`order.start`) counts on from its place."""
+
+    def __init__(self, order: EpochSampler, *, batch_size: int, drop_last: bool) -> None:
+        self.order = order
+        self.batches = BatchSampler(order, batch_size, drop_last)
+
+    def __iter__(self) -> Iterator[KeyedBatch]:
+        # Read before iterating the order, which consumes `start`.
+        first = self.order.start // self.batches.batch_size
+        seed, epoch, rank = self.order.seed, self.order.epoch, self.order.rank
+        for position, indices in enumerate(self.batches, start=first):
+            yield KeyedBatch(batch_key(seed, epoch, position, rank), indices)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class SeededReads(Dataset):
+    """`dataset`, read a batch at a time (the DataLoader's `__getitems__`) with the generators
+    seeded from the batch's key first: the collate function, which the loader calls next in the
+    same process, draws the same numbers in a worker as in the training process."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, batch: KeyedBatch) -> list[Any]:
+        seed_generators(batch.key)
+        return [self.dataset[index] for index in batch.indices]
 
 
 class TrainingLoader(DataLoader):
@@ -126,10 +178,11 @@ class TrainingLoader(DataLoader):
     restore mid-epoch (its `state_dict` / `load_state_dict` interface): a resumed run continues
     on the next batch, with the same random numbers, instead of replaying the epoch.
 
-    Before each batch, torch, numpy and Python's generators are seeded from (seed, epoch,
-    batch, rank): the objective's masking, NSP's pair draws and dropout are then the same in a
-    resumed run. With `num_workers > 0` the collate function runs in worker processes that
-    this seeding does not reach, so only the order, not the masks, resumes exactly.
+    Each batch is read and collated with torch, numpy and Python's generators seeded from
+    (seed, epoch, batch, rank), in a worker process or this one alike, so the objective's
+    masking and NSP's pair draws are the same in a resumed run and with any `num_workers`.
+    When the batch reaches the training process they are seeded again from a key derived from
+    the same place, for the training step's dropout.
     """
 
     def __init__(
@@ -140,21 +193,31 @@ class TrainingLoader(DataLoader):
         collate_fn: Callable[[list[Any]], Any] | None,
         drop_last: bool = True,
         num_workers: int = 0,
+        pin_memory: bool = False,
         seed: int | None = None,
     ) -> None:
         self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
+        # `sampler` stays this DistributedSampler, so Lightning leaves the loader as it is.
         self.order = EpochSampler(dataset, seed=self.seed)  # type: ignore[arg-type]
         super().__init__(
-            dataset,
+            SeededReads(dataset),
             batch_size=batch_size,
             sampler=self.order,
             drop_last=drop_last,
             num_workers=num_workers,
             collate_fn=collate_fn,
+            pin_memory=pin_memory,
             persistent_workers=num_workers > 0,
         )
+        self.keyed_batches = KeyedBatches(self.order, batch_size=batch_size, drop_last=drop_last)
         self.position = 0  # batches handed out in this epoch
         self._restored = False  # position came from a checkpoint: the next epoch goes on from it
+
+    @property
+    def _index_sampler(self) -> KeyedBatches:  # type: ignore[override]
+        # What torch's loader iterators draw each batch's indices from (`batch_sampler`
+        # otherwise): the same batches, with the key that goes with them to a worker.
+        return self.keyed_batches
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         # The body runs at the first batch, after Lightning has set the epoch and restored state.
@@ -162,13 +225,9 @@ class TrainingLoader(DataLoader):
             self.position = 0
         self._restored = False
         self.order.start = self.position * self.batch_size  # type: ignore[operator]
-        batches = super().__iter__()
-        while True:
-            seed_batch(self.seed, self.order.epoch, self.position, self.order.rank)
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
+        for batch in super().__iter__():
+            key = batch_key(self.seed, self.order.epoch, self.position, self.order.rank)
+            seed_generators(_splitmix64(key))  # the step's numbers, apart from the collate's
             self.position += 1
             yield batch
 

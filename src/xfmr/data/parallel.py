@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from xfmr.data.base import ExamplesDataModule
 from xfmr.data.formats.parallel import read_parallel, read_parallel_jsonl
-from xfmr.data.settings import parallel_files
+from xfmr.data.settings import AUTO_WORKERS, parallel_files
 from xfmr.data.synthetic import sentence
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -48,7 +48,7 @@ class ParallelDataModule(ExamplesDataModule):
         target_field: str = "target",
         max_length: int | None = 128,
         batch_size: int = 64,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)

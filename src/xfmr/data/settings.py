@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from xfmr.errors import UserError
+from xfmr.ranges import WORKERS
 
 HF_PATH_CHOICES = (
     "give a hub dataset name, a local dataset directory, or a builder (json, csv, text, "
@@ -14,6 +15,15 @@ HF_PATH_CHOICES = (
 )
 _ALIGNED_FILES = ("train_source", "train_target", "val_source", "val_target")
 _JSONL_FILES = ("train_path", "val_path")
+AUTO_WORKERS = "auto"  # data.num_workers chosen for the device when the loaders are built
+
+
+def check_num_workers(num_workers: Any) -> int | str:
+    """`data.num_workers`: loader worker processes, or auto; the config check
+    (`xfmr.ranges`) asks the same of the composed config."""
+    if not WORKERS.accepts(num_workers):
+        raise UserError(f"data.num_workers={num_workers!r} is not valid: use {WORKERS.describe()}")
+    return num_workers
 
 
 def parallel_files(data: Any) -> tuple[str, ...]:

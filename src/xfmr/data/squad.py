@@ -15,7 +15,7 @@ from typing import Any
 from xfmr.data.base import ExamplesDataModule, usable_rows
 from xfmr.data.files import require_paths
 from xfmr.data.formats.squad import QAExample, read_squad
-from xfmr.data.settings import SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
+from xfmr.data.settings import AUTO_WORKERS, SPECIAL_TOKENS_PER_WINDOW, check_squad_windows
 from xfmr.kinds import QAItem, QAWindow
 from xfmr.text.tokenizers import TextTokenizer
 
@@ -93,7 +93,7 @@ class SquadDataModule(ExamplesDataModule):
         doc_stride: int | None = 128,
         max_query_length: int = 64,
         batch_size: int = 32,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)

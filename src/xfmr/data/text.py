@@ -13,6 +13,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
+from xfmr.data.loading import device_loading
+from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 from xfmr.text.chunks import encode_text
 from xfmr.text.corpus_files import count_chars, text_pieces
@@ -57,7 +59,8 @@ class TextCorpusDataModule(L.LightningDataModule):
             evenly over the split and the same at every validation, so curves compare and a
             large split costs what a few hundred training steps do; a split within the budget
             is read whole. None reads every window (the exact figure; xfmr-eval's default).
-        num_workers: DataLoader workers.
+        num_workers: DataLoader worker processes, or "auto": chosen for the device the run
+            trains on when the loaders are built (`xfmr.data.loading`).
         cache: encode the files once per tokenizer into `cache_dir` and memory-map the ids
             (xfmr.text.token_cache); false encodes them in memory in every run. Text that
             does not come from `path` (generated, downloaded) is always encoded in memory.
@@ -75,7 +78,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         batch_size: int = 12,
         train_stride: int = 1,
         val_batches: int | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = AUTO_WORKERS,
         cache: bool = False,
         cache_dir: str | None = None,
     ) -> None:
@@ -91,7 +94,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.train_stride = train_stride
         self.val_batches = val_batches
-        self.num_workers = num_workers
+        self.num_workers = check_num_workers(num_workers)
         self.cache = cache_setting(cache, cache_dir)
         self.cache_dir = cache_dir
         self._split: tuple[str, str] | None = None
@@ -195,13 +198,15 @@ class TextCorpusDataModule(L.LightningDataModule):
             raise RuntimeError(
                 "attach(tokenizer, collate_fn) must be called before the loaders are built"
             )
+        loading = device_loading(self.trainer, self.num_workers, training=shuffle)
         return make_loader(
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
             drop_last=shuffle,
-            num_workers=self.num_workers,
+            num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
+            pin_memory=loading.pin_memory,
         )
 
 
