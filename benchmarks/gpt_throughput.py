@@ -17,8 +17,8 @@ train.py autocasts only on CUDA (`ctx = nullcontext()` on CPU): on a CPU it runs
 its --dtype, so it has no bf16 row here. Loss is the mean training loss of the last 10 steps.
 
 --profile runs a few bf16-mixed steps of the same GPT through xfmr's training under
-torch.profiler and prints where the time goes (attention, matmuls, norms, softmax, optimizer,
-data, ...) and the top operators.
+torch.profiler (`xfmr.training.profiling.ProfileSteps`) and prints where the time goes
+(attention, matmuls, norms, softmax / loss, optimizer, copies, ...) and the top operators.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import torch
 
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
@@ -255,74 +254,13 @@ def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
         f"paths.root_dir={out}",
         f"paths.output_dir={run_dir}",
         f"paths.cache_dir={out / 'cache'}",
-        "+callbacks.profile._target_=__main__.ProfileSteps",
+        "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",
         f"+callbacks.profile.steps={steps}",
     ]
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     train(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
-
-
-class ProfileSteps(L.Callback):
-    """Profiles `steps` training steps after `skip` (and one warm-up step), data loading
-    included: the profiler steps at each batch end. Prints the breakdown when training ends."""
-
-    def __init__(self, *, skip: int, steps: int, cuda: bool = False) -> None:
-        self.steps = steps
-        self.cuda = cuda  # time on the GPU's kernels, not the CPU's launches
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        activities += [torch.profiler.ProfilerActivity.CUDA] if cuda else []
-        self.profiler = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(wait=skip, warmup=1, active=steps, repeat=1),
-        )
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.profiler.start()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.profiler.step()
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.profiler.stop()
-        print_profile(self.profiler, self.steps, cuda=self.cuda, precision=trainer.precision)
-
-
-# Operator name fragments -> where a step's time goes; the first match wins.
-PROFILE_GROUPS = (
-    ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "_efficient_attention")),
-    ("optimizer", ("adam", "optimizer.step", "_foreach_", "clip_grad", "norm_backward")),
-    ("data", ("dataloader", "collate", "stack", "pin_memory")),
-    ("matmul", ("mm", "linear", "matmul")),
-    ("norms", ("layer_norm", "rms_norm")),
-    ("softmax / loss", ("softmax", "cross_entropy", "nll_loss")),
-    ("activation", ("gelu", "silu", "relu")),
-    ("embedding", ("embedding",)),
-    ("casts / copies", ("copy_", "to_copy", "_to", "contiguous", "clone")),
-)
-
-
-def print_profile(
-    profiler, steps: int, *, cuda: bool = False, precision: str = "bf16-mixed"
-) -> None:
-    averages = profiler.key_averages()
-    key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    total = sum(getattr(event, key) for event in averages)
-    groups: dict[str, float] = {}
-    for event in averages:
-        name = event.key.lower()
-        group = next((g for g, parts in PROFILE_GROUPS if any(p in name for p in parts)), "other")
-        groups[group] = groups.get(group, 0.0) + getattr(event, key)
-    where = "GPU kernels" if cuda else "ops"
-    print(
-        f"\n{precision} step, {steps} steps profiled: {total / steps / 1000:.1f} ms/step of {where}"
-    )
-    print("\n| where | ms/step | share |\n|---|---:|---:|")
-    for group, micros in sorted(groups.items(), key=lambda item: -item[1]):
-        print(f"| {group} | {micros / steps / 1000:.1f} | {micros / total:.1%} |")
-    print()
-    print(averages.table(sort_by=key, row_limit=25))
 
 
 def main() -> None:
@@ -385,3 +323,7 @@ def cpu_bf16_note() -> str:
         f"{cpu_model()}: no {' or '.join(BF16_MATMUL_FLAGS)}, so bf16 matmuls are emulated "
         "(the bf16 rows and peak measure the emulation, not bf16 hardware)"
     )
+
+
+if __name__ == "__main__":
+    main()

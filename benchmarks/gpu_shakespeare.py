@@ -14,7 +14,8 @@ compiled, and a GPT-2-small-shaped model in bf16 with a profile of its step.
    text), float32, nanoGPT's checkpoint through its own model class.
 2. A GPT-2-small-shaped model (12 layers, 12 heads, d 768, block 1024, --gpt2-batch) through
    xfmr-train in bf16-mixed on the same characters (vocabulary 65, not GPT-2's 50257), and a
-   few of its steps under torch.profiler: where the GPU's time goes.
+   few of its steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the
+   GPU's kernel time goes, by what launched each kernel, and the top operators.
 
 ms/step: the median of steps 6..N, validation and evaluation steps left out (xfmr's
 results.json; nanoGPT's printed times). MFU: tokens/step x FLOPs per token (nanoGPT's
@@ -225,28 +226,39 @@ def gpt2_precision(device: str) -> str:
 
 
 def profile_gpt2(args, data: Path, out: Path) -> None:
-    """A few bf16-mixed steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's
-    own process (the callback prints where the step goes when training ends)."""
+    """A few steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's own process
+    (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they are
+    recorded), its tables printed here."""
     gpt2 = TINY_GPT2 if args.tiny else GPT2_SMALL
     steps = SETTLE_STEPS + args.profile_steps + 2
     run_dir = out / "xfmr-gpt2-profile"
     shutil.rmtree(run_dir, ignore_errors=True)
+    precision = gpt2_precision(args.device)
     command = [
         *xfmr_command(gpt2, data, steps, args.device, run_dir),
-        f"trainer.precision={gpt2_precision(args.device)}",
-        "+callbacks.profile._target_=gpt_throughput.ProfileSteps",
+        f"trainer.precision={precision}",
+        "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",
         f"+callbacks.profile.steps={args.profile_steps}",
-        f"+callbacks.profile.cuda={args.device == 'cuda'}".lower(),
     ]
-    benchmarks = str(Path(__file__).resolve().parent)
     env = {**os.environ, "XFMR_CACHE_DIR": str(out / "cache")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [benchmarks, env.get("PYTHONPATH")]))
     result = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    out_text = result.stdout
-    start = out_text.rfind("\n", 0, out_text.find(" steps profiled: ")) + 1
-    end = out_text.find("\n", out_text.find(" time total: ", start))
-    print(f"\ntorch.profiler, GPT-2-small-shaped: {out_text[start:end].strip()}")
+    print(f"\ntorch.profiler, GPT-2-small-shaped, {precision}: {printed_profile(result.stdout)}")
+
+
+def printed_profile(stdout: str) -> str:
+    """ProfileSteps' report in a run's output: its "N steps profiled" line and the tables after
+    it, up to the first line that is neither a table row nor blank."""
+    lines = stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if " profiled: " in line), None)
+    if start is None:
+        raise RuntimeError(
+            f"the profiled run printed no profile; its output ends:\n{stdout[-2000:]}"
+        )
+    end = start + 1
+    while end < len(lines) and (lines[end].startswith("|") or not lines[end].strip()):
+        end += 1
+    return "\n".join(lines[start:end]).rstrip()
 
 
 def main() -> None:

@@ -52,5 +52,6 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(tmp_path: Pat
         # Eight steps from ln(65) = 4.17: both still near it, both scored on the same blocks.
         assert float(ms) > 0 and float(mfu) > 0 and 3.0 < float(val_loss) < 4.6, out
     assert re.search(r"^\| xfmr-train \| 32-true \| [\d.]+ \| [\d.]+% \|$", out, re.MULTILINE)
-    assert "steps profiled:" in out and "| matmul |" in out and "time total:" in out, out
+    assert "steps profiled:" in out and "| matmul |" in out and "| total |" in out, out
+    assert "| operator | where | ms/step | share |" in out, out
     assert not (tmp_path / "out" / "nanoGPT").exists()  # the copy was a temporary one
