@@ -55,8 +55,8 @@ def randomize(model: nn.Module, *, std: float, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
-# A fixed peak for mfu: a run otherwise times 2048x2048 matmuls for its CPU's peak FLOP/s
-# (a second or two of both cores, every run, as each test has a cache of its own), which
+# A fixed peak for mfu: a run otherwise times back-to-back matmuls for its CPU's peak FLOP/s
+# (half a second of both cores, every run, as each test has a cache of its own), which
 # tests/test_throughput.py tests on its own.
 PEAK = "throughput.peak_tflops=1"
 

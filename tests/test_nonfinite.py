@@ -83,7 +83,11 @@ def test_nan_loss_stops_the_run_at_its_step_with_the_checkpoints_from_before(
 
 
 def test_skipped_steps_leave_weights_optimizer_and_schedule_as_they_were(tmp_path: Path) -> None:
-    results = _train(tmp_path, ["nonfinite.max_skips=2", _fault("NanLossAt", [1, 3])])
+    # Every step a logging step: the guard's record is read at each, the schedule wound back at once.
+    results = _train(
+        tmp_path,
+        ["nonfinite.max_skips=2", "trainer.log_every_n_steps=1", _fault("NanLossAt", [1, 3])],
+    )
     assert results["status"] == "completed" and results["step"] == 5
     assert results["skipped_steps"] == [1, 3]
     assert math.isfinite(results["metrics"]["val/loss"])
@@ -96,6 +100,30 @@ def test_skipped_steps_leave_weights_optimizer_and_schedule_as_they_were(tmp_pat
             assert after["optimizer_steps"] == before["optimizer_steps"] + 1, step
             assert after["weights"] != before["weights"] and after["lr"] != before["lr"], step
     assert steps[4]["after"]["optimizer_steps"] == 3
+
+
+def test_a_skip_read_at_a_later_logging_step_is_left_out_at_once_and_from_the_schedule(
+    tmp_path: Path,
+) -> None:
+    """The guard's record read every 4 steps: the bad update is left out on the device at its
+    own step; the schedule, wound back when the record is read (step 3), ran one step ahead in
+    between (step 2) and ends where a run read at every step ends."""
+    runs = {}
+    for every in (1, 4):
+        (tmp_path / str(every)).mkdir()
+        overrides = ["nonfinite.max_skips=1", f"trainer.log_every_n_steps={every}"]
+        results = _train(tmp_path / str(every), [*overrides, _fault("NanLossAt", [1])])
+        assert results["status"] == "completed" and results["skipped_steps"] == [1]
+        runs[every] = _steps(tmp_path / str(every))
+    every_step, deferred = runs[1], runs[4]
+    before, after = deferred[1]["before"], deferred[1]["after"]
+    assert after["weights"] == before["weights"]
+    assert after["optimizer_steps"] == before["optimizer_steps"]
+    assert deferred[2]["before"]["lr"] == every_step[3]["before"]["lr"]  # one step ahead
+    assert deferred[3]["after"]["lr"] == every_step[3]["after"]["lr"]  # wound back when read
+    for key in ("lr", "optimizer_steps"):
+        assert deferred[4]["after"][key] == every_step[4]["after"][key]
+    assert deferred[4]["after"]["optimizer_steps"] == 4
 
 
 def test_one_more_bad_step_than_max_skips_stops_the_run(tmp_path: Path) -> None:

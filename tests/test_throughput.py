@@ -1,11 +1,15 @@
 """Throughput accounting and the precisions a run can train in: the FLOPs-per-token estimate
-against a hand count and against FLOPs torch counts, the cached peak, mfu in results.json,
-bf16-mixed training on CPU, float16 refused on a CPU, and a compiled run."""
+against a hand count and against FLOPs torch counts, the peak (given, a GPU's datasheet figure,
+a CPU's measured and cached one), mfu in results.json, bf16-mixed training on CPU, float16
+refused on a CPU, and a compiled run."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -18,13 +22,21 @@ from conftest import compose_config, run_cli
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
+from xfmr.training import throughput
+from xfmr.training.callbacks import training_figures
 from xfmr.training.throughput import (
+    CPU_MATMUL,
     PEAK_CACHE_FILE,
+    Peak,
     TrainingFlops,
     cpu_bf16_flags,
+    cpu_model,
+    device_name,
+    matmul_flops,
     measured_peak_flops,
     mfu,
     precision_dtype,
+    resolve_peak,
     weight_parameters,
 )
 
@@ -137,7 +149,7 @@ def test_mfu_is_achieved_over_peak_of_all_devices() -> None:
 
 
 def test_peak_is_measured_once_and_then_read_from_the_cache(tmp_path: Path) -> None:
-    cpu, quiet = torch.device("cpu"), {"size": 128, "repeats": 2, "max_load": math.inf}
+    cpu, quiet = torch.device("cpu"), {"size": 128, "count": 2, "max_load": math.inf}
     measured = measured_peak_flops(cpu, torch.float32, cache_dir=tmp_path, **quiet)
     assert measured > 1e6
     cache = tmp_path / PEAK_CACHE_FILE
@@ -150,9 +162,130 @@ def test_peak_is_measured_once_and_then_read_from_the_cache(tmp_path: Path) -> N
 
 
 def test_a_peak_measured_on_a_busy_cpu_is_not_cached(tmp_path: Path) -> None:
-    busy = {"size": 128, "repeats": 2, "max_load": -1.0}  # any load is too much
+    busy = {"size": 128, "count": 2, "max_load": -1.0}  # any load is too much
     assert measured_peak_flops(torch.device("cpu"), torch.float32, cache_dir=tmp_path, **busy) > 0
     assert not (tmp_path / PEAK_CACHE_FILE).exists()
+
+
+CUDA = torch.device("cuda")  # only named: Lightning reads a GPU's name, which tests fake
+
+
+def _gpu_named(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args, **kwargs: name)
+
+
+def test_a_given_peak_wins_and_nothing_is_read_or_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", pytest.fail)
+    for device in (CUDA, torch.device("cpu")):
+        peak = resolve_peak(device, "bf16-mixed", given_tflops=0.5, cache_dir=tmp_path)
+        assert peak == Peak(5e11, "throughput.peak_tflops")
+    assert not (tmp_path / PEAK_CACHE_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "name, precision, flops, label",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12, "bf16"),
+        ("NVIDIA H100 80GB HBM3", "16-mixed", 989.4e12, "fp16"),
+        ("NVIDIA H100 PCIe", "bf16-true", 756e12, "bf16"),
+        ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312e12, "bf16"),
+    ],
+)
+def test_a_gpu_lightning_knows_gets_its_datasheet_peak(
+    monkeypatch: pytest.MonkeyPatch, name: str, precision: str, flops: float, label: str
+) -> None:
+    _gpu_named(monkeypatch, name)
+    peak = resolve_peak(CUDA, precision, given_tflops=None, cache_dir=None)
+    assert peak.flops == pytest.approx(flops)
+    assert peak.source == f"datasheet: {name}, {label} (Lightning get_available_flops)"
+
+
+@pytest.mark.parametrize(
+    "matmul_precision, flops, label", [("high", 494.7e12, "tf32"), ("highest", 66.9e12, "fp32")]
+)
+def test_a_float32_peak_is_tf32_where_matmuls_run_in_tf32(
+    monkeypatch: pytest.MonkeyPatch, matmul_precision: str, flops: float, label: str
+) -> None:
+    import lightning.fabric.accelerators.cuda as lightning_cuda
+
+    _gpu_named(monkeypatch, "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(lightning_cuda, "_is_ampere_or_later", lambda *args: True)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(matmul_precision)
+    try:
+        peak = resolve_peak(CUDA, "32-true", given_tflops=None, cache_dir=None)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert peak.flops == pytest.approx(flops)
+    assert f", {label} (" in peak.source
+
+
+@pytest.mark.parametrize(
+    "name, precision",
+    [("Imaginary GPU 9000", "bf16-mixed"), ("Tesla T4", "bf16-mixed")],  # T4: no bf16 figure
+)
+def test_a_gpu_without_a_datasheet_peak_has_none_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str, precision: str
+) -> None:
+    _gpu_named(monkeypatch, name)
+    with caplog.at_level(logging.INFO), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_peak(CUDA, precision, given_tflops=None, cache_dir=None) is None
+    assert not caught, [str(w.message) for w in caught]  # Lightning's own warning is ours
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert name in record.getMessage() and "throughput.peak_tflops" in record.getMessage()
+
+
+def test_a_cpu_peak_is_measured_back_to_back_once_and_names_its_method(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(throughput, "_cpu_load", lambda: 0.0)  # cached on a busy machine too
+    cpu = torch.device("cpu")
+    cache = tmp_path / PEAK_CACHE_FILE
+    # A figure from one 2048^3 product between two synchronisations is not reused.
+    cache.write_text(json.dumps({f"{device_name(cpu)} | torch.float32 | 2048x2048": 123.0}))
+    peak = resolve_peak(cpu, "32-true", given_tflops=None, cache_dir=tmp_path)
+    size, count = CPU_MATMUL
+    method = f"{size}^3 float32 matmuls x {count}, back to back"
+    assert peak.source == f"measured: {method}, {cpu_model()}, 1 threads"
+    assert peak.flops > 1e8 and peak.flops != 123.0
+    key = f"{device_name(cpu)} | {method}"
+    assert json.loads(cache.read_text())[key] == peak.flops
+    cache.write_text(json.dumps({key: 456.0}))  # a value no measurement gives
+    assert resolve_peak(cpu, "32-true", given_tflops=None, cache_dir=tmp_path).flops == 456.0
+
+
+@pytest.mark.parametrize(
+    "flags, measured", [((), torch.float32), (("avx512_bf16",), torch.bfloat16)]
+)
+def test_bf16_on_a_cpu_that_emulates_it_is_measured_in_float32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple, measured: torch.dtype
+) -> None:
+    dtypes = []
+    monkeypatch.setattr(throughput, "cpu_bf16_flags", lambda: flags)
+    monkeypatch.setattr(
+        throughput, "matmul_flops", lambda device, dtype, **_: dtypes.append(dtype) or 1e9
+    )
+    peak = resolve_peak(torch.device("cpu"), "bf16-mixed", given_tflops=None, cache_dir=None)
+    assert dtypes == [measured] and peak.flops == 1e9
+    assert str(measured).removeprefix("torch.") in peak.source
+    assert ("emulates bfloat16" in peak.source) == (measured is torch.float32)
+
+
+def test_the_measured_cpu_peak_agrees_with_timing_many_products_directly() -> None:
+    """A figure off by the count of products, or timing one of them, is far outside this."""
+    size, count = CPU_MATMUL
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    started = time.perf_counter()
+    for _ in range(2 * count):
+        torch.mm(a, b)
+    direct = 2 * size**3 * 2 * count / (time.perf_counter() - started)
+    measured = matmul_flops(torch.device("cpu"), torch.float32)
+    assert direct / 3 < measured < direct * 3, (measured / 1e9, direct / 1e9)
 
 
 def _train(tmp_path: Path, overrides: list[str]) -> dict:
@@ -195,7 +328,7 @@ class BarProbe(L.Callback):
     shown: dict = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        BarProbe.shown = dict(trainer.progress_bar_metrics)
+        BarProbe.shown = training_figures(trainer)
 
 
 @pytest.mark.skipif(cpu_bf16_flags() == (), reason="this CPU has no bf16 matmul instructions")
@@ -221,8 +354,8 @@ def test_bf16_mixed_trains_on_cpu_with_a_fused_optimizer_and_reports_mfu(tmp_pat
     expected_mfu = results["tokens_per_s"] * results["flops_per_token"] / results["peak_flops"]
     assert results["mfu"] == pytest.approx(expected_mfu, rel=1e-3, abs=5e-6)  # rounded to 5 places
     assert 0.0 < results["mfu"] < 1.0
-    assert {"tok/s", "mfu"} <= BarProbe.shown.keys()
-    assert 0.0 < BarProbe.shown["mfu"] < 1.0
+    assert {"train/loss", "tok/s", "mfu"} <= BarProbe.shown.keys()
+    assert BarProbe.shown["mfu"].endswith("%") and 0.0 < float(BarProbe.shown["mfu"][:-1]) < 100
 
 
 def test_a_configured_peak_is_the_mfu_denominator(tmp_path: Path) -> None:
@@ -230,6 +363,7 @@ def test_a_configured_peak_is_the_mfu_denominator(tmp_path: Path) -> None:
         tmp_path, ["throughput.peak_tflops=0.5", "trainer.max_steps=4", "schedule.warmup_steps=2"]
     )
     assert results["peak_flops"] == 5e11
+    assert results["peak_flops_source"] == "throughput.peak_tflops"
     expected = results["tokens_per_s"] * results["flops_per_token"] / 5e11
     assert results["mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)  # rounded to 5 places
     assert not (tmp_path / "cache" / PEAK_CACHE_FILE).exists()  # nothing measured
@@ -264,10 +398,16 @@ def test_float16_with_the_auto_accelerator_and_no_gpu_is_refused(tmp_path: Path)
 
 @pytest.mark.slow  # about 50 s on two busy cores with a cold compile cache, nearly all compiling
 def test_a_compiled_run_trains(tmp_path: Path) -> None:
+    # reduce-overhead: CUDA graphs on a GPU; on a CPU the same compiled step without them.
     results = _train(
-        tmp_path, ["compile=true", "trainer.max_steps=20", "trainer.val_check_interval=10"]
+        tmp_path,
+        ["compile=reduce-overhead", "trainer.max_steps=20", "trainer.val_check_interval=10"],
     )
     losses = [entry["val/loss"] for entry in results["history"]]
     assert losses[-1] < losses[0] and losses[-1] < 0.9 * _uniform_loss(tmp_path / "run"), losses
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
-    assert not any("_orig_mod" in key for key in checkpoint["state_dict"])  # same keys as eager
+    config = ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"])
+    names = {f"model.{name}" for name in build_model(config).state_dict()}
+    assert names <= set(checkpoint["state_dict"])  # the eager model's own names
+    assert not any("_orig_mod" in key for key in checkpoint["state_dict"])
+    assert results["peak_flops_source"].startswith("measured: ") and results["mfu"] > 0

@@ -57,6 +57,7 @@ def check_config(cfg: DictConfig) -> None:
     check_devices(cfg)
     resolve_precision(cfg)
     check_precision(cfg)
+    compile_mode(cfg.get("compile"))
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -221,6 +222,25 @@ PRECISIONS = (
     "16",
     "64",
 )
+
+
+# `compile` -> torch.compile's mode; false: eager. reduce-overhead replays the step's kernels
+# as CUDA graphs; max-autotune also searches kernel configurations (a long first compile).
+COMPILE_MODES = {
+    "false": None,
+    "true": "default",
+    "default": "default",
+    "reduce-overhead": "reduce-overhead",
+    "max-autotune": "max-autotune",
+}
+
+
+def compile_mode(value: Any) -> str | None:
+    """torch.compile's mode for the config's `compile` (None: the step runs eagerly)."""
+    key = str(value).lower() if isinstance(value, bool) or value is None else str(value)
+    if key not in COMPILE_MODES and key != "none":
+        raise UserError(f"compile={value!r} is not valid: use one of {list(COMPILE_MODES)}")
+    return COMPILE_MODES.get(key)
 
 
 AUTO_PRECISION = "auto"

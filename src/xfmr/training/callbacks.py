@@ -4,7 +4,6 @@ shows the run's steps."""
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,8 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
-from xfmr.training.throughput import TrainingFlops, measured_peak_flops, mfu, precision_dtype
+from xfmr.training.cadence import is_logging_step, synchronize
+from xfmr.training.throughput import Peak, TrainingFlops, mfu, resolve_peak
 
 
 def validation_coverage(trainer: L.Trainer) -> dict[str, int] | None:
@@ -37,14 +37,18 @@ class RunSummary(L.Callback):
     """Times training steps (validation excluded), shows tokens/s and model FLOPs utilisation
     (mfu), and tracks the best validation.
 
-    A step's time is the interval between the ends of two consecutive training batches, so it
-    includes data loading, forward, backward, optimizer and logging; intervals that contain a
-    validation loop are dropped.
+    Steps are timed in windows that end at logging steps (`xfmr.training.cadence`), where the
+    device is synchronised: a window's time over its steps is what a step costs, the device's
+    work included, however far the host ran ahead of it. The first step after training starts
+    or a validation ends opens a window rather than being timed (it pays for compiling, the
+    loader's start, a validation's tail); a validation closes one. tok/s and mfu are logged at
+    each window's end, as Python numbers read nowhere else.
 
     Args:
         monitor, mode: the validation metric that decides the best entry, and its direction.
-        peak_flops: one device's peak FLOP/s, the denominator of mfu; None measures it
-            (`measured_peak_flops`) for the run's device and precision when training starts.
+        peak_tflops: one device's peak TFLOP/s (`throughput.peak_tflops`), the denominator
+            of mfu; None takes the device's (`resolve_peak`) when training starts: a GPU's
+            datasheet figure for the precision, a CPU's measured.
         cache_dir: where measured peaks are kept; None measures every run.
     """
 
@@ -53,20 +57,24 @@ class RunSummary(L.Callback):
         monitor: str = "val/loss",
         mode: str = "min",
         *,
-        peak_flops: float | None = None,
+        peak_tflops: float | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
         self.monitor = monitor
         self.mode = mode
-        self.peak_flops = peak_flops
+        self.peak_tflops = peak_tflops
+        self.peak: Peak | None = None
         self.cache_dir = cache_dir
-        self.step_ms: list[float] = []
+        self.windows: list[tuple[float, int]] = []  # (ms per step, steps) of each window
         self.tokens_per_step = 0
         self.flops_per_token: float | None = None
+        self.shown: dict[str, float] = {}  # the last window's tok/s and mfu, for the bar
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self._flops: TrainingFlops | None = None
-        self._last_end: float | None = None
+        self._window_start: float | None = None
+        self._window_steps = 0
+        self._window_tokens = 0
         # Seconds spent training, validation excluded, up to each history entry (`time_s`):
         # runs of different speeds are compared at equal time with it.
         self._train_seconds = 0.0
@@ -75,41 +83,65 @@ class RunSummary(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
     ) -> None:
+        tokens = int(batch["input_ids"].numel()) * trainer.world_size  # shapes: no device read
+        self.tokens_per_step = tokens
+        if self._window_start is None:
+            self._window_start = time.perf_counter()
+            return
+        self._window_steps += 1
+        self._window_tokens += tokens
+        if is_logging_step(trainer):
+            if self._flops is not None:
+                self.flops_per_token = self._flops.per_batch_token(batch)
+            self._close_window(pl_module, log=True)
+
+    def _close_window(self, pl_module: L.LightningModule, *, log: bool) -> None:
+        """Wait for the device, time the window's steps and (at a logging step) log them."""
+        if self._window_start is None or not self._window_steps:
+            return
+        synchronize(pl_module.device)
         now = time.perf_counter()
-        self.tokens_per_step = int(batch["input_ids"].numel()) * trainer.world_size
-        if self._flops is not None:
-            self.flops_per_token = self._flops.per_batch_token(batch)
-        if self._last_end is not None:
-            elapsed = (now - self._last_end) * 1000.0
-            self.step_ms.append(elapsed)
-            tokens_per_s = self.tokens_per_step / (elapsed / 1000.0)
-            shown = {"tok/s": tokens_per_s}
-            utilisation = self.mfu(tokens_per_s, trainer.world_size)
-            if utilisation is not None:
-                shown["mfu"] = utilisation
-            pl_module.log_dict(
-                shown, prog_bar=True, on_step=True, on_epoch=False, rank_zero_only=True
-            )
-        self._last_end = now
+        seconds = now - self._window_start
+        self.windows.append((seconds * 1000.0 / self._window_steps, self._window_steps))
+        tokens_per_s = self._window_tokens / seconds if seconds > 0 else None
+        self.shown = {"tok/s": tokens_per_s} if tokens_per_s else {}
+        utilisation = self.mfu(tokens_per_s, pl_module.trainer.world_size)
+        if utilisation is not None:
+            self.shown["mfu"] = utilisation
+        if log and self.shown:
+            pl_module.log_dict(self.shown, on_step=True, on_epoch=False, rank_zero_only=True)
+        self._window_start, self._window_steps, self._window_tokens = now, 0, 0
+
+    @property
+    def peak_flops(self) -> float | None:
+        return self.peak.flops if self.peak is not None else None
 
     def mfu(self, tokens_per_s: float | None, world_size: int) -> float | None:
         """Model FLOPs utilisation at `tokens_per_s` over all `world_size` devices."""
         return mfu(tokens_per_s, self.flops_per_token, self.peak_flops, world_size=world_size)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_end = None
+        self._close_window(pl_module, log=False)
+        self._window_start = None
         if self._segment_start is not None:
             self._train_seconds += time.perf_counter() - self._segment_start
             self._segment_start = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_end = None
+        self._window_start = None
         self._flops = TrainingFlops.of(pl_module.model)
-        dtype = precision_dtype(trainer.precision)
         # Rank 0 alone reports mfu; other ranks measuring at once would share the device.
-        if self.peak_flops is None and dtype is not None and trainer.global_rank == 0:
-            self.peak_flops = measured_peak_flops(pl_module.device, dtype, cache_dir=self.cache_dir)
+        if self.peak is None and trainer.global_rank == 0:
+            self.peak = resolve_peak(
+                pl_module.device,
+                trainer.precision,
+                given_tflops=self.peak_tflops,
+                cache_dir=self.cache_dir,
+            )
         self._segment_start = time.perf_counter()  # measuring the peak is no training
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._close_window(pl_module, log=False)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -139,7 +171,16 @@ class RunSummary(L.Callback):
 
     @property
     def ms_per_step(self) -> float | None:
-        return statistics.median(self.step_ms) if self.step_ms else None
+        """The median step's time, each step timed as its window's mean."""
+        if not self.windows:
+            return None
+        ordered = sorted(self.windows)
+        half, seen = sum(steps for _, steps in ordered) / 2, 0
+        for ms, steps in ordered:
+            seen += steps
+            if seen >= half:
+                return ms
+        return ordered[-1][0]
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "history": self.history, "train_seconds": self._train_seconds}
@@ -206,7 +247,54 @@ class TextSample(L.Callback):
         logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)
 
 
-class StepProgressBar(RichProgressBar):
+# Between logging steps the bar's step count redraws at most this often: a pace a person reads,
+# where a redraw every step costs the step loop more than its own bookkeeping.
+REDRAW_SECONDS = 0.25
+
+
+def training_figures(trainer: L.Trainer) -> dict[str, str]:
+    """What a progress bar shows of training, read at a logging step (the only reads of the
+    device it makes): the loss logged there, and the last window's tokens/s and MFU (as a
+    percentage) from the run's RunSummary."""
+    shown = {}
+    loss = trainer.callback_metrics.get("train/loss")
+    if loss is not None:
+        shown["train/loss"] = f"{float(loss):.4g}"
+    summary = next((c for c in trainer.callbacks if isinstance(c, RunSummary)), None)
+    if summary is not None and "tok/s" in summary.shown:
+        shown["tok/s"] = _thousands(summary.shown["tok/s"])
+    if summary is not None and "mfu" in summary.shown:
+        shown["mfu"] = f"{summary.shown['mfu']:.1%}"
+    return shown
+
+
+def _thousands(value: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+class _Paced:
+    """A progress bar's figures refreshed at logging steps, its redraws paced in between."""
+
+    _figures: dict[str, str] = {}
+    _drawn_at = 0.0
+
+    def _due(self, trainer: L.Trainer) -> tuple[bool, bool]:
+        """(read the figures now, redraw now)."""
+        if is_logging_step(trainer):
+            self._figures = training_figures(trainer)
+            self._drawn_at = time.monotonic()
+            return True, True
+        now = time.monotonic()
+        if now - self._drawn_at >= REDRAW_SECONDS:
+            self._drawn_at = now
+            return False, True
+        return False, False
+
+
+class StepProgressBar(_Paced, RichProgressBar):
     """Lightning's rich progress bar, counting optimizer steps toward `trainer.max_steps`.
 
     Training is step-based (`max_epochs: -1`), where Lightning's bar reads "Epoch 0/-2" and
@@ -215,7 +303,14 @@ class StepProgressBar(RichProgressBar):
     metrics beside it. Validation bars are Lightning's, labelled with how much of the split
     they read (data with a budget, `data.val_batches`). Without `max_steps` (-1) the bar is
     Lightning's, per epoch.
+
+    The loss, tok/s and MFU beside it are read at logging steps only (`training_figures`);
+    in between, the step count moves and redraws at most every REDRAW_SECONDS. (Lightning's
+    own bar reads its metrics back from the device at every redraw.)
     """
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        return {**super().get_metrics(trainer, pl_module), **self._figures}
 
     @property
     def validation_description(self) -> str:
@@ -242,11 +337,14 @@ class StepProgressBar(RichProgressBar):
         if trainer.max_steps <= 0:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
             return
-        self._show_step(trainer)
-        self._update_metrics(trainer, pl_module)
-        self.refresh()
+        read, redraw = self._due(trainer)
+        self._show_step(trainer, redraw=False)
+        if read:
+            self._update_metrics(trainer, pl_module)
+        if redraw:
+            self.refresh()
 
-    def _show_step(self, trainer: L.Trainer) -> None:
+    def _show_step(self, trainer: L.Trainer, *, redraw: bool = True) -> None:
         if self.is_disabled or self.progress is None:
             return
         if self.train_progress_bar_id is None:
@@ -255,10 +353,13 @@ class StepProgressBar(RichProgressBar):
             self.train_progress_bar_id = self._add_task(trainer.max_steps, label)
             # Started at the restored step, so steps/s and time left count this run's steps only.
             self.progress.reset(self.train_progress_bar_id, completed=trainer.global_step)
-        self._update(self.train_progress_bar_id, trainer.global_step)
+        if redraw:
+            self._update(self.train_progress_bar_id, trainer.global_step)
+        else:
+            self.progress.update(self.train_progress_bar_id, completed=trainer.global_step)
 
 
-class NotebookStepProgressBar(TQDMProgressBar):
+class NotebookStepProgressBar(_Paced, TQDMProgressBar):
     """StepProgressBar's one bar for the whole run (`global_step/max_steps`, a resumed run from
     its restored step), drawn by tqdm, which renders in Jupyter: a widget where ipywidgets is
     installed, else a line of text the notebook redraws in place. Rich's live display needs
@@ -296,9 +397,15 @@ class NotebookStepProgressBar(TQDMProgressBar):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
             return
         bar = self.train_progress_bar
-        if bar is not None and self._should_update(trainer.global_step, bar.total):
-            bar.n = trainer.global_step
-            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+        if bar is None:
+            return
+        read, redraw = self._due(trainer)
+        bar.n = trainer.global_step
+        if read:
+            bar.set_postfix(
+                {**self.get_metrics(trainer, pl_module), **self._figures}, refresh=False
+            )
+        if redraw:
             bar.refresh()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
@@ -17,47 +18,120 @@ log = logging.getLogger("xfmr")
 
 
 class NonFiniteGuard:
-    """Judges every optimizer step after its backward pass and before the update: a loss or a
-    gradient that is not finite (NaN, inf) skips the step (no update, no schedule step), up to
-    `max_skips` times over the run; the next one stops the run with `RunFailed`, so the
-    checkpoints on disk stay the last good ones.
+    """Keeps a training step whose loss or gradients are not finite (NaN, inf) out of the
+    weights, the optimizer's state and the schedule, up to `max_skips` times over the run; the
+    next one stops the run with `RunFailed`, so the checkpoints on disk stay the last good ones.
 
-    The loss and every gradient are reduced to one flag on the device, so a step costs one
-    device sync; under DDP the ranks add their flags, so all of them skip or stop together.
-    `XfmrModule.optimizer_step` calls it.
+    Nothing of this reads the device on a plain step:
+
+    - `verdict` reduces the step's loss and every gradient to one flag on the device, and
+      writes the step, its loss, each gradient's largest |g| and the last finite loss into a
+      small record beside it.
+    - The flag reaches the update on the device too: a fused optimizer takes it as its
+      `found_inf`, the tensor torch's GradScaler gives it to skip an fp16 step, and where it is
+      set the fused kernel leaves the weights, the moments and the step count as they were
+      (fp16's own scaler skips a step whose gradients are not finite, as a non-finite loss
+      makes them). `XfmrModule.optimizer_step` hands it over.
+    - `settle` reads the record where reading costs no step: at logging steps, before a
+      checkpoint is written, before validation and when training ends. Each bad step found
+      there is logged and counted against `max_skips`, or stops the run naming the step, what
+      was not finite and the last finite loss; the caller winds the schedule back by the steps
+      found, so it counts only the updates taken. Between a skipped step and that read (under
+      `trainer.log_every_n_steps` steps) the learning rate runs one step ahead per skip.
+
+    An update that cannot be left out on the device (an optimizer without `found_inf`, a
+    schedule that is not a function of its step count) settles every step instead: one read
+    a step, and the step left out on the host. Under DDP the ranks add their flags, so all of
+    them skip or stop together.
     """
 
     def __init__(self, max_skips: int = 0) -> None:
         self.max_skips = max_skips
         self.skipped: list[int] = []
-        # The step and loss tensor of the last step that passed; read only when one fails.
-        self.last_finite: tuple[int, torch.Tensor] | None = None
+        self._record: torch.Tensor | None = None  # rows: step, loss, last finite, max |g| each
+        self._pending: torch.Tensor | None = None  # bad steps written since the last settle
+        self._last_finite: torch.Tensor | None = None  # (step, loss) of the last step that passed
+        self._names: tuple[str, ...] = ()  # the parameters behind the record's |g| columns
 
-    def admit(
+    def verdict(
         self,
         step: int,
         loss: torch.Tensor | None,
         params: list[tuple[str, torch.nn.Parameter]],
         agree: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> bool:
-        """True: take the step. False: skip it. `params`: those whose gradients to check
-        (none under fp16's loss scaler, which skips steps with inf gradients itself); `agree`
-        sums a count over the ranks."""
-        grads = [p.grad for _, p in params if p.grad is not None]
-        flags = [] if loss is None else [torch.isfinite(loss).all()]
-        if grads:  # the largest |g| of each: finite exactly when every element is
-            flags.append(torch.stack(torch._foreach_norm(grads, math.inf)).isfinite().all())
-        if not flags:
-            return True
-        bad = (~torch.stack(flags).all()).float()
+    ) -> torch.Tensor:
+        """A flag on the device, 1.0 where this step must not be taken (its loss or a gradient
+        is not finite here, or on another rank), else 0.0; recorded for `settle`. `params`:
+        those whose gradients to check (none under fp16's loss scaler, which checks them
+        itself); `agree` sums a flag over the ranks."""
+        named = [(n, p.grad) for n, p in params if p.grad is not None]
+        if loss is None and not named:
+            return torch.zeros(())
+        device = loss.device if loss is not None else named[0][1].device
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        loss_value = (
+            loss.detach().reshape(1).to(dtype)
+            if loss is not None
+            else torch.zeros(1, dtype=dtype, device=device)
+        )
+        largest = (  # each gradient's max |g|: finite exactly when every element is
+            torch.stack(torch._foreach_norm([g for _, g in named], math.inf)).to(dtype)
+            if named
+            else loss_value.new_zeros(0)
+        )
+        bad = (~torch.cat([loss_value, largest]).isfinite().all()).to(torch.float32)
         if agree is not None:
-            bad = agree(bad)
-        if not bad.item():  # the step's one device sync
-            self.last_finite = (step, loss.detach()) if loss is not None else self.last_finite
-            return True
-        problem = describe_non_finite(step, loss, params)
-        if len(self.skipped) < self.max_skips:
+            bad = (agree(bad) > 0).to(torch.float32)
+        self._write(step, loss_value, largest, bad, tuple(n for n, _ in named))
+        return bad
+
+    def _write(
+        self,
+        step: int,
+        loss: torch.Tensor,
+        largest: torch.Tensor,
+        bad: torch.Tensor,
+        names: tuple[str, ...],
+    ) -> None:
+        """Row `pending` of the record gets this step (a good step's row is overwritten by the
+        next step's, as `pending` moves on only past a bad one)."""
+        width = 4 + len(names)
+        if self._record is None or self._record.shape[1] != width or names != self._names:
+            self._allocate(width, loss)
+            self._names = names
+        step_loss = torch.cat([torch.full_like(loss, step), loss])
+        row = torch.cat([step_loss, self._last_finite, largest])
+        slot = self._pending.clamp(max=self._record.shape[0] - 1).reshape(1)
+        self._record.index_copy_(0, slot, row.reshape(1, -1))
+        self._pending += bad.to(torch.int64)
+        self._last_finite = torch.where(bad.bool(), self._last_finite, step_loss)
+
+    def _allocate(self, width: int, like: torch.Tensor) -> None:
+        if self._pending is not None and self._record is not None:
+            self.settle()  # what the old record holds is read before it goes
+        rows = self.max_skips + 2  # enough to name the step past max_skips; the last is scratch
+        self._record = like.new_zeros(rows, width)
+        self._pending = torch.zeros((), dtype=torch.int64, device=like.device)
+        if self._last_finite is None or self._last_finite.device != like.device:
+            self._last_finite = torch.tensor([-1.0, math.nan], dtype=like.dtype, device=like.device)
+
+    def settle(self) -> list[int]:
+        """Read the record (one read of the device): the steps found bad since the last
+        settle, each logged as skipped; RunFailed for the one past `max_skips`."""
+        if self._pending is None or self._record is None:
+            return []
+        pending = int(self._pending)
+        if not pending:
+            return []
+        rows = self._record[: min(pending, self._record.shape[0] - 1)].tolist()
+        self._pending.zero_()
+        found = []
+        for row in rows:
+            step, problem = int(row[0]), describe_row(row, self._names)
+            if len(self.skipped) >= self.max_skips:
+                raise RunFailed(self.failure(problem, last_finite=(row[2], row[3])))
             self.skipped.append(step)
+            found.append(step)
             log.warning(
                 "step %d skipped, no update: %s (%d of nonfinite.max_skips=%d)",
                 step,
@@ -65,14 +139,13 @@ class NonFiniteGuard:
                 len(self.skipped),
                 self.max_skips,
             )
-            return False
-        raise RunFailed(self.failure(problem))
+        return found
 
-    def failure(self, problem: str) -> str:
+    def failure(self, problem: str, *, last_finite: tuple[float, float]) -> str:
+        step, loss = last_finite
         last = (
-            f"the last finite loss was {float(self.last_finite[1]):.4g} at step "
-            f"{self.last_finite[0]}"
-            if self.last_finite
+            f"the last finite loss was {loss:.4g} at step {int(step)}"
+            if step >= 0
             else "no step had a finite loss"
         )
         if self.max_skips:
@@ -84,18 +157,15 @@ class NonFiniteGuard:
         )
 
 
-def describe_non_finite(
-    step: int, loss: torch.Tensor | None, params: list[tuple[str, torch.nn.Parameter]]
-) -> str:
-    """What was not finite at `step`: the loss, or the first parameter's gradient that was."""
-    if loss is not None and not torch.isfinite(loss).all():
-        return f"the loss is {float(loss)} at step {step}"
-    for name, param in params:
-        grad = param.grad
-        if grad is not None and not torch.isfinite(grad).all():
-            value = "nan" if torch.isnan(grad).any() else "inf"
-            at = f", where the loss is {float(loss):.4g}" if loss is not None else ""
-            return f"the gradient of {name} is {value} at step {step}{at}"
+def describe_row(row: list[float], names: tuple[str, ...]) -> str:
+    """What was not finite at a recorded step: the loss, or the first parameter's gradient."""
+    step, loss, largest = int(row[0]), row[1], row[4:]
+    if not math.isfinite(loss):
+        return f"the loss is {loss} at step {step}"
+    for name, value in zip(names, largest, strict=False):
+        if not math.isfinite(value):
+            kind = "nan" if math.isnan(value) else "inf"
+            return f"the gradient of {name} is {kind} at step {step}, where the loss is {loss:.4g}"
     return f"a gradient on another rank is not finite at step {step}"
 
 
@@ -180,3 +250,27 @@ def connect(settings: dict[str, Any]) -> Any:
         study._study_id, int(settings["number"])
     )
     return optuna.trial.Trial(study, trial_id)
+
+
+def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer` leaves a step out on the device when given a `found_inf` flag: torch's
+    fused Adam and AdamW do (`_step_supports_amp_scaling`, the contract GradScaler relies on);
+    the per-tensor and foreach loops do not."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    return all(group.get("fused") for group in optimizer.param_groups)
+
+
+@contextmanager
+def skipped_where(optimizer: Any, flag: torch.Tensor | None) -> Iterator[None]:
+    """The optimizer's next step is left out, on the device, where `flag` (float32, 0 or 1)
+    is set. Lightning hands the module a wrapper; the flag goes to the torch optimizer in it."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    if flag is None:
+        yield
+        return
+    inner.found_inf, inner.grad_scale = flag, None
+    try:
+        yield
+    finally:
+        del inner.found_inf, inner.grad_scale

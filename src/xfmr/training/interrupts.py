@@ -14,6 +14,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
+from xfmr.training.cadence import is_logging_step
+
 log = logging.getLogger("xfmr")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -32,7 +34,8 @@ class PeriodicCheckpoint(ModelCheckpoint):
 
 
 class StopOnSignal(L.Callback):
-    """SIGINT or SIGTERM ends the run after the training step under way: the state is saved
+    """SIGINT or SIGTERM ends the run after the training step under way (under DDP, after the
+    next logging step, where the ranks agree on it): the state is saved
     to `checkpoint` (the loader's place in the epoch included) and the run stops with status
     `interrupted`. A second signal while that happens stops at once, as the default would.
 
@@ -74,7 +77,11 @@ class StopOnSignal(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
     ) -> None:
         stop = self.received is not None
-        if trainer.world_size > 1:  # every rank stops at the same step
+        if trainer.world_size > 1:
+            # Every rank stops at the same step: agreed at logging steps, the steps that may
+            # wait for the device (xfmr.training.cadence).
+            if not is_logging_step(trainer):
+                return
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if not stop or self.stopped_at is not None:
             return

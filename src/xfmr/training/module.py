@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,12 +11,17 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric
 
 from xfmr.objectives.common import IGNORE_INDEX
 from xfmr.objectives.contract import Objective
-from xfmr.training.guards import NonFiniteGuard
+from xfmr.training.cadence import is_logging_step
+from xfmr.training.compiling import CompiledStep
+from xfmr.training.guards import NonFiniteGuard, skipped_where, takes_found_inf
 from xfmr.training.optim import param_groups
+
+log = logging.getLogger("xfmr")
 
 
 class XfmrModule(L.LightningModule):
@@ -26,12 +32,11 @@ class XfmrModule(L.LightningModule):
     optimizer: `params -> Optimizer` (Hydra `_partial_`); its `weight_decay` goes to matrices only.
     scheduler: `(optimizer, total_steps=...) -> LRScheduler` or None; stepped every optimizer step.
     backbone_lr_scale: the backbone's lr as a fraction of the optimizer's (fine-tuning).
-    compile: run the training step's model and loss through `torch.compile`. Only training is
-        compiled: validation (eval mode, no grad) and generation would each compile again for
-        their own graphs and shapes, for steps that are few. The state dict is unchanged.
+    compile: torch.compile's mode for the training step's model and loss together (None:
+        eager); see `xfmr.training.compiling`. The state dict is unchanged.
     nonfinite_guard: judges each step's loss and gradients before the update; a step it
-        refuses is skipped whole: no optimizer step (AdamW's moments, step count and weight
-        decay stay as they were) and no schedule step.
+        refuses is left out whole: no update (AdamW's moments, step count and weight decay
+        stay as they were) and no schedule step (see `NonFiniteGuard`).
     """
 
     def __init__(
@@ -43,19 +48,24 @@ class XfmrModule(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         backbone_lr_scale: float = 1.0,
-        compile: bool = False,
+        compile: str | None = None,
         nonfinite_guard: NonFiniteGuard | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
         self.model = model
         self.objective = objective
-        self.training_loss = torch.compile(objective.forward) if compile else objective.forward
+        self.compile_mode = compile
+        self.training_loss = (
+            CompiledStep(objective.forward, compile) if compile else objective.forward
+        )
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.backbone_lr_scale = backbone_lr_scale
         self.nonfinite_guard = nonfinite_guard
         self._last_step_taken = True
+        self._skips_on_device = False
+        self._guarded: list[tuple[str, nn.Parameter]] = []
         self.val_loss = MeanMetric()
         self.val_metrics = nn.ModuleDict(objective.metrics())
 
@@ -63,8 +73,11 @@ class XfmrModule(L.LightningModule):
         return self.model(*args, **kwargs)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.compile_mode == "reduce-overhead":  # the last step's graph outputs are free
+            torch.compiler.cudagraph_mark_step_begin()
         loss, _ = self.training_loss(self.model, batch)
-        self.log("train/loss", loss, prog_bar=True)
+        if is_logging_step(self.trainer):  # logged, and so read back, at logging steps only
+            self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -81,6 +94,23 @@ class XfmrModule(L.LightningModule):
         does not."""
         return getattr(self.trainer.precision_plugin, "scaler", None) is not None
 
+    def on_train_start(self) -> None:
+        # Checked once: which parameters' gradients the guard reads, and whether a step it
+        # refuses can be left out on the device (see NonFiniteGuard).
+        self._guarded = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+        optimizer = self.trainer.optimizers[0]
+        schedules = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        self._skips_on_device = (self._loss_scaled() or takes_found_inf(optimizer)) and all(
+            isinstance(s, LambdaLR) for s in schedules
+        )
+        if self.nonfinite_guard is not None and not self._skips_on_device:
+            log.info(
+                "nonfinite guard: %s cannot leave a step out on the device, so each step's "
+                "verdict is read back (one wait for the device a step); a fused optimizer "
+                "(optim.fused=true) with one of xfmr's schedules avoids it",
+                type(optimizer).__name__,
+            )
+
     def optimizer_step(
         self,
         epoch: int,
@@ -89,34 +119,69 @@ class XfmrModule(L.LightningModule):
         optimizer_closure: Callable[[], Any] | None = None,
     ) -> None:
         """Lightning runs the closure (training_step, zero_grad, backward) inside
-        `optimizer.step`; with a guard it runs first, so the step can be left out whole."""
-        if self.nonfinite_guard is None or optimizer_closure is None:
+        `optimizer.step`; with a guard it runs first, so the guard sees the gradients before
+        the update and the update can be left out."""
+        guard = self.nonfinite_guard
+        if guard is None or optimizer_closure is None:
             super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
             return
         result = optimizer_closure()  # the loss / accumulate_grad_batches, as backward saw it
         loss = None if result is None else result * self.trainer.accumulate_grad_batches
-        # fp16's loss scaler finds inf gradients itself, skips those steps and lowers its scale.
-        params = [] if self._loss_scaled() else list(self.named_parameters())
-        agree = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
-        self._last_step_taken = self.nonfinite_guard.admit(
+        # fp16's loss scaler finds inf gradients itself and skips those steps.
+        params = [] if self._loss_scaled() else self._guarded
+        reduce = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
+        bad = guard.verdict(
             self.trainer.global_step,
             loss,
             params,
-            agree=(lambda bad: agree(bad, reduce_op="sum")) if agree else None,
+            agree=(lambda flag: reduce(flag, reduce_op="sum")) if reduce else None,
         )
-        if self._last_step_taken:  # clipping and the hooks before the update run in here
+        if not self._skips_on_device:
+            self._last_step_taken = not guard.settle()  # read every step
+            if self._last_step_taken:
+                optimizer.step(closure=lambda: result)
+            return
+        # Clipping and the hooks before the update run inside step; the update is left out
+        # on the device where `bad` is set.
+        with skipped_where(optimizer, None if self._loss_scaled() else bad):
             optimizer.step(closure=lambda: result)
+        if is_logging_step(self.trainer):
+            self.settle_guard()
+
+    def settle_guard(self) -> None:
+        """Read the guard's record; wind the schedule back over the steps it left out."""
+        if self.nonfinite_guard is None or not self._skips_on_device:
+            return
+        skipped = len(self.nonfinite_guard.settle())
+        for config in self.trainer.lr_scheduler_configs if skipped else ():
+            config.scheduler.last_epoch -= skipped + 1
+            config.scheduler.step()  # sets each group's lr for the step count it now has
+
+    def on_validation_start(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.settle_guard()
+
+    def on_train_end(self) -> None:
+        self.settle_guard()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.nonfinite_guard is not None:  # a resumed run counts the skips made before it
-            checkpoint["nonfinite_skipped"] = list(self.nonfinite_guard.skipped)
+        if self.nonfinite_guard is None:
+            return
+        if self._skips_on_device:  # a bad step not read yet stops the run before this saves
+            self.settle_guard()
+            checkpoint["lr_schedulers"] = [
+                config.scheduler.state_dict() for config in self.trainer.lr_scheduler_configs
+            ]
+        # A resumed run counts the skips made before it.
+        checkpoint["nonfinite_skipped"] = list(self.nonfinite_guard.skipped)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.nonfinite_guard is not None:
             self.nonfinite_guard.skipped = list(checkpoint.get("nonfinite_skipped", []))
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """The schedule follows the updates taken: a skipped step does not advance it."""
+        """The schedule follows the updates taken: a step left out on the host does not
+        advance it (one left out on the device is wound back by `settle_guard`)."""
         if self._last_step_taken:
             super().lr_scheduler_step(scheduler, metric)
 

@@ -22,7 +22,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from xfmr.checks import resolve_precision
+from xfmr.checks import compile_mode, resolve_precision
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
 from xfmr.parts.build import Parts, Plan, build_parts, plan_training
@@ -129,7 +129,7 @@ def training_module(cfg: DictConfig, parts: Parts, nonfinite: NonFiniteGuard) ->
         optimizer=instantiate(cfg.optim),
         scheduler=instantiate(cfg.schedule) if cfg.get("schedule") else None,
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
-        compile=bool(cfg.compile),
+        compile=compile_mode(cfg.get("compile")),
         nonfinite_guard=nonfinite,
     )
 
@@ -145,9 +145,8 @@ def fit_run(
 ) -> Fitted:
     """Fit `module` on the parts' data with the config's trainer, loggers and callbacks (and
     the DDP workers it launches); validate and save the last state of a run that ended well."""
-    peak_tflops = cfg.throughput.peak_tflops
     summary = RunSummary(
-        peak_flops=None if peak_tflops is None else float(peak_tflops) * 1e12,
+        peak_tflops=cfg.throughput.peak_tflops,
         cache_dir=cfg.paths.cache_dir,
     )
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
@@ -162,7 +161,8 @@ def fit_run(
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
         log_run_params(loggers, cfg, val_metrics=module.val_metrics)
-        callbacks = [*_instantiate_all(cfg.get("callbacks")), summary, stop_on_signal]
+        # The summary first: a logging step's figures are ready for the progress bar.
+        callbacks = [summary, *_instantiate_all(cfg.get("callbacks")), stop_on_signal]
         callbacks += [pruning] if pruning else []
         callbacks += [ContinuedCsvLog(earlier_rows)] if earlier_rows else []
         trainer = instantiate(
@@ -331,7 +331,13 @@ def _instantiate_all(section: DictConfig | None) -> list[Any]:
     return [instantiate(item) for item in (section or {}).values() if item is not None]
 
 
-_NOISE = ("litlogger", "`weights_only` was not set", "GPU available:", "TPU available:")
+_NOISE = (
+    "litlogger",
+    "`weights_only` was not set",
+    "GPU available:",
+    "TPU available:",
+    "Skipping setting a default `ModelSummary`",  # xfmr's own summary is in the callbacks
+)
 
 
 def tidy_lightning_logging() -> None:
@@ -421,6 +427,8 @@ def summarize(
         # null for an architecture without a FLOPs estimate (rnn); see xfmr.training.throughput.
         "flops_per_token": round(summary.flops_per_token) if summary.flops_per_token else None,
         "peak_flops": round(summary.peak_flops) if summary.peak_flops else None,
+        # Where the peak came from: throughput.peak_tflops, a GPU's datasheet, or measured.
+        "peak_flops_source": summary.peak.source if summary.peak else None,
         "mfu": round(mfu, 5) if mfu is not None else None,
         "world_size": trainer.world_size,
         "precision": str(trainer.precision),  # as trainer.precision=auto chose it

@@ -2,6 +2,8 @@
 
 MFU = tokens/s x FLOPs per token / peak FLOP/s (Chowdhery et al. 2022, PaLM, appendix B). The
 FLOPs are the model's, not the hardware's: recomputation, padding and elementwise work add none.
+The peak is a GPU's datasheet figure, the one torchtitan, llm.c, Megatron and Lightning divide
+by, or a CPU's measured one (`resolve_peak`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import logging
 import os
 import platform
 import time
+import warnings
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,29 +192,83 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+# The products a peak is measured with: square matmuls large enough to fill the device, many
+# back to back so that launches and the two synchronisations vanish in the timing. One 2048^3
+# product between two synchronisations read 309-369 TFLOP/s on an H100 where back-to-back 8192^3
+# products read 792-798 (datasheet: 989), and overstated mfu 2.1-2.6x. On a 2-core EPYC 1024^3
+# products reach 90-97% of 2048^3 ones (140 against 145-157 GFLOP/s) in an eighth of the work.
+GPU_MATMUL = (8192, 20)  # size, products per timing
+CPU_MATMUL = (1024, 8)
+WARMUP_PRODUCTS = 2  # the first products pay for allocation, kernel selection and clock ramp-up
+
+
+def matmul_shape(
+    device: torch.device, size: int | None = None, count: int | None = None
+) -> tuple[int, int]:
+    """The matrix size and the products per timing `matmul_flops` uses on `device`."""
+    default_size, default_count = CPU_MATMUL if device.type == "cpu" else GPU_MATMUL
+    return size or default_size, count or default_count
+
+
+def matmul_method(
+    device: torch.device, dtype: torch.dtype, size: int | None = None, count: int | None = None
+) -> str:
+    """How `matmul_flops` measures: a peak's source and its cache key both name it, so a
+    figure measured another way is measured again, not reused."""
+    size, count = matmul_shape(device, size, count)
+    return f"{size}^3 {str(dtype).removeprefix('torch.')} matmuls x {count}, back to back"
+
+
 def matmul_flops(
-    device: torch.device, dtype: torch.dtype, *, size: int = 2048, repeats: int = 5
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    size: int | None = None,
+    count: int | None = None,
+    repeats: int = 3,
 ) -> float:
-    """The best FLOP/s of `repeats` size x size matmuls in `dtype` on `device`, after a warm-up
-    (the first calls pay for allocation and kernel selection)."""
+    """FLOP/s of `count` size x size matmuls in `dtype` on `device`, queued back to back and
+    timed together, the best of `repeats` timings after a warm-up.
+
+    Defaults: `GPU_MATMUL` on an accelerator, `CPU_MATMUL` on a CPU. CUDA is timed between
+    events on its stream; elsewhere between synchronisations (a CPU's products are synchronous).
+    """
+    size, count = matmul_shape(device, size, count)
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     out = torch.empty(size, size, device=device, dtype=dtype)
-    best = float("inf")
-    for index in range(2 + repeats):
-        _synchronize(device)
-        started = time.perf_counter()
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        for _ in range(WARMUP_PRODUCTS):
+            torch.mm(a, b, out=out)
+        best = min(_time_products(a, b, out, count) for _ in range(repeats))
+    return 2 * size**3 * count / best
+
+
+def _time_products(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int) -> float:
+    """Seconds that `count` products `a @ b` take, queued one after another."""
+    if a.device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(count):
+            torch.mm(a, b, out=out)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    _synchronize(a.device)
+    started = time.perf_counter()
+    for _ in range(count):
         torch.mm(a, b, out=out)
-        _synchronize(device)
-        if index >= 2:
-            best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
+    _synchronize(a.device)
+    return time.perf_counter() - started
 
 
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def measured_peak_flops(
@@ -218,25 +276,26 @@ def measured_peak_flops(
     dtype: torch.dtype,
     *,
     cache_dir: str | Path | None,
-    size: int = 2048,
-    repeats: int = 5,
+    size: int | None = None,
+    count: int | None = None,
+    repeats: int = 3,
     max_load: float | None = None,
 ) -> float:
     """`matmul_flops` of the device in `dtype`, measured once per device (CPU: and thread
-    count), dtype and matrix size and kept in `cache_dir/peak_flops.json`.
+    count), dtype and `matmul_method`, and kept in `cache_dir/peak_flops.json`.
 
     A CPU busy with other work gives a low peak, and so a high mfu: when the 1-minute load
     average exceeds `max_load` (default: the number of cores) the figure serves this run only,
     is not cached, and a warning says so.
     """
-    key = f"{device_name(device)} | {dtype} | {size}x{size}"
+    key = f"{device_name(device)} | {matmul_method(device, dtype, size, count)}"
     cache = Path(cache_dir) / PEAK_CACHE_FILE if cache_dir else None
     known = _read_cache(cache)
     if key in known:
         return float(known[key])
     max_load = max_load if max_load is not None else os.cpu_count() or 1
     busy = device.type == "cpu" and _cpu_load() > max_load
-    peak = matmul_flops(device, dtype, size=size, repeats=repeats)
+    peak = matmul_flops(device, dtype, size=size, count=count, repeats=repeats)
     if busy:
         log.warning(
             "peak FLOP/s measured on a busy CPU (load %.1f on %d cores): %.0f GFLOP/s is low and "
@@ -249,6 +308,100 @@ def measured_peak_flops(
         known = {**_read_cache(cache), key: peak}  # another run may have added its own
         atomic_write_text(cache, json.dumps(known, indent=2, sort_keys=True) + "\n")
     return peak
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One device's peak FLOP/s in a run's precision, the denominator of mfu, and where the
+    figure comes from (results.json reports both)."""
+
+    flops: float
+    source: str
+
+
+def resolve_peak(
+    device: torch.device,
+    precision: str | int,
+    *,
+    given_tflops: float | None,
+    cache_dir: str | Path | None,
+) -> Peak | None:
+    """One device's peak FLOP/s for a run in Lightning's `precision` on `device`, logged in one
+    line; None where there is none to trust (mfu is then not reported).
+
+    `given_tflops` (throughput.peak_tflops) wins. A GPU's is the datasheet's dense figure for
+    the precision's matmul dtype, from Lightning's `get_available_flops`, as torchtitan, llm.c
+    and Megatron divide by; a GPU that table does not know has none. A CPU's (or another
+    device's) is measured (`measured_peak_flops`), cached in `cache_dir`.
+    """
+    if given_tflops is not None:
+        peak = Peak(float(given_tflops) * 1e12, "throughput.peak_tflops")
+    elif (dtype := precision_dtype(precision)) is None:
+        log.info(
+            "no peak FLOP/s for trainer.precision=%s, so no mfu; set throughput.peak_tflops "
+            "for one",
+            precision,
+        )
+        return None
+    elif device.type in ("cuda", "xla"):
+        peak = datasheet_peak(device, dtype)
+    else:
+        peak = measured_peak(device, dtype, cache_dir=cache_dir)
+    if peak is not None:
+        log.info("mfu peak: %.4g TFLOP/s per device (%s)", peak.flops / 1e12, peak.source)
+    return peak
+
+
+def datasheet_peak(device: torch.device, dtype: torch.dtype) -> Peak | None:
+    """The dense peak Lightning's `get_available_flops` knows for this GPU in `dtype` (float32:
+    tf32's where matmuls run in tf32); None, with one warning, where it knows none."""
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    name = device_name(device)
+    # Lightning warns on its own for an unknown chip or dtype; its reason goes into ours.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flops = get_available_flops(device, dtype)
+    label = _datasheet_dtype(device, dtype)
+    if flops is None:
+        reason = "; ".join(str(w.message) for w in caught) or "no figure"
+        log.warning(
+            "no datasheet peak FLOP/s for %s in %s (Lightning's get_available_flops: %s), so "
+            "no mfu; set throughput.peak_tflops to its dense peak TFLOP/s in %s for one",
+            name,
+            label,
+            reason,
+            label,
+        )
+        return None
+    return Peak(float(flops), f"datasheet: {name}, {label} (Lightning get_available_flops)")
+
+
+def _datasheet_dtype(device: torch.device, dtype: torch.dtype) -> str:
+    """The name of the figure `get_available_flops` returns for `dtype`, by its own rule."""
+    short = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
+        from lightning.fabric.accelerators.cuda import _is_ampere_or_later
+
+        if device.type == "cuda" and _is_ampere_or_later():
+            return "tf32"
+    return short.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def measured_peak(
+    device: torch.device, dtype: torch.dtype, *, cache_dir: str | Path | None
+) -> Peak:
+    """`measured_peak_flops` in the run's dtype, or in float32 on a CPU that emulates bf16 (no
+    `BF16_MATMUL_FLAGS`): the figure its hardware reaches, where an emulated one (1 GFLOP/s in
+    bf16 against 140 in float32 on an AVX2 EPYC) would call a slow run efficient, and take
+    minutes to measure."""
+    emulated = device.type == "cpu" and dtype is torch.bfloat16 and cpu_bf16_flags() == ()
+    measured = torch.float32 if emulated else dtype
+    flops = measured_peak_flops(device, measured, cache_dir=cache_dir)
+    source = f"measured: {matmul_method(device, measured)}, {device_name(device)}"
+    if emulated:
+        source += "; this CPU emulates bfloat16 matmuls"
+    return Peak(flops, source)
 
 
 def _cpu_load() -> float:

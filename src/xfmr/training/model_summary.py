@@ -1,0 +1,195 @@
+"""Lightning's model summary with the training FLOPs xfmr counts in place of the FLOPs Lightning
+counts: Lightning runs `example_input_array` through the model under a FlopCounterMode, and xfmr's
+modules set none (their batches are dicts the objective builds), so its column reads 0 for every
+layer and its total "0"."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
+from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
+from lightning.pytorch.utilities.model_summary import (
+    get_formatted_model_size,
+    get_human_readable_count,
+)
+from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
+from torch import nn
+from torch.nn.parameter import UninitializedParameter
+
+from xfmr.training.throughput import TrainingFlops
+
+log = logging.getLogger("xfmr")
+
+FLOPS_COLUMN = "FLOPs"
+# Lightning's table ends with a "Total Flops" line that reads 0 for the same reason.
+FLOPS_TOTAL_LINE = "Total Flops"
+# Lightning's summary sizes parameters by a table of precisions without the *-mixed ones, for
+# which it warns and takes 32 bits; `parameter_megabytes` sizes them as they are held instead.
+PRECISION_WARNING = r"Precision .* is not supported by the model summary"
+# The examples whose every input holds exactly data.block_size tokens (xfmr.kinds.TEXT, read
+# by a decoder or encoder): only there is T known before the first batch.
+FIXED_LENGTH_KIND = "text"
+SI_PREFIXES = ("", "K", "M", "G", "T", "P", "E")
+
+
+class ModelSummary(LightningModelSummary):
+    """Lightning's model summary (rich where rich is installed, as Lightning's default is) with
+    no FLOPs column or total, and one line of training FLOPs per token from
+    `TrainingFlops` (nothing for an architecture without an estimate, such as an RNN).
+
+    In the trainer's callbacks it stands in for the summary Lightning would add.
+
+    Args:
+        max_depth: the depth of nested layers shown, as Lightning's; 0 shows nothing.
+        enabled: the run's `trainer.enable_model_summary`. Lightning only declines to add its
+            own summary when that is false and leaves one in the callbacks alone, so this one
+            reads the key itself.
+        **summarize_kwargs: as Lightning's (rich: `header_style`).
+    """
+
+    def __init__(self, max_depth: int = 1, *, enabled: bool = True, **summarize_kwargs: Any):
+        super().__init__(max_depth=max_depth if enabled else 0, **summarize_kwargs)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._max_depth:
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=PRECISION_WARNING, category=UserWarning)
+            summary = self._summary(trainer, pl_module)
+        columns = [c for c in summary._get_summary_data() if c[0] != FLOPS_COLUMN]
+        if not trainer.is_global_zero:
+            return
+        totals = {
+            "total_parameters": summary.total_parameters,
+            "trainable_parameters": summary.trainable_parameters,
+            "model_size": parameter_megabytes(pl_module, summary.total_parameters),
+            "total_training_modes": summary.total_training_modes,
+        }
+        flops = TrainingFlops.of(pl_module.model) if hasattr(pl_module, "model") else None
+        line = None if flops is None else training_flops_line(flops, trainer.datamodule)
+        show = _show_rich if _RICH_AVAILABLE else _show_plain
+        show(columns, totals, line, **self._summarize_kwargs)
+
+
+def parameter_megabytes(module: nn.Module, total_parameters: int) -> float:
+    """The size of `total_parameters` held as `module`'s parameters are: float32 under bf16-mixed
+    and 16-mixed, where autocast casts copies for the matmuls and the weights stay float32."""
+    held = [p for p in module.parameters() if not isinstance(p, UninitializedParameter)]
+    count = sum(p.numel() for p in held)
+    if count:
+        per_parameter = sum(p.numel() * p.element_size() for p in held) / count
+    else:  # sharded away (DeepSpeed stage 3) or none at all
+        per_parameter = held[0].element_size() if held else 4
+    return total_parameters * per_parameter * 1e-6
+
+
+def training_flops_line(flops: TrainingFlops, datamodule: Any = None) -> str:
+    """One line of training FLOPs per token: at the data's block length where every input has
+    it, else the length-free term and the attention term's factor, the batch's length being
+    known only at the first batch."""
+    block_size = getattr(datamodule, "block_size", None)
+    fixed = getattr(datamodule, "gives", None) == FIXED_LENGTH_KIND and block_size
+    if fixed and flops.arch != "encoder_decoder":
+        per_token = flops.per_token(block_size)
+        line = (
+            f"Training FLOPs: {format_flops(per_token)} per token "
+            f"(6N + 12*L*d*T at T={block_size}, data.block_size)"
+        )
+        batch_size = getattr(datamodule, "batch_size", None)
+        if batch_size:
+            line += (
+                f", {format_flops(per_token * batch_size * block_size)} per batch of "
+                f"{batch_size} x {block_size} tokens"
+            )
+        return line
+    attention = 12 * flops.d_model
+    if flops.arch == "encoder_decoder":
+        return (
+            f"Training FLOPs: 6N = {format_flops(6 * flops.source_weights)} per source token "
+            f"and {format_flops(6 * flops.weights)} per target token, plus attention's "
+            f"12*d = {attention} per query per key per layer (lengths known at the first batch)"
+        )
+    return (
+        f"Training FLOPs: 6N = {format_flops(6 * flops.weights)} per token plus 12*L*d*T = "
+        f"{attention * flops.n_layers}*T (T, the batch's length, known at the first batch)"
+    )
+
+
+def format_flops(flops: float) -> str:
+    """`flops` in SI prefixes to 3 significant digits: 173184 -> "173 KFLOP"."""
+    exponent = 0
+    while abs(flops) >= 1000 and exponent < len(SI_PREFIXES) - 1:
+        flops /= 1000
+        exponent += 1
+    return f"{flops:.3g} {SI_PREFIXES[exponent]}FLOP"
+
+
+def _show_plain(
+    columns: list[tuple[str, list[str]]],
+    totals: dict[str, Any],
+    flops_line: str | None,
+    **_: Any,
+) -> None:
+    table = _format_summary_table(
+        totals["total_parameters"],
+        totals["trainable_parameters"],
+        totals["model_size"],
+        totals["total_training_modes"],
+        0,
+        *columns,
+    )
+    lines = [line for line in table.splitlines() if not line.endswith(FLOPS_TOTAL_LINE)]
+    log.info("\n".join(["", *lines, *([flops_line] if flops_line else [])]))
+
+
+# Lightning's RichModelSummary columns, but for its FLOPs column.
+RICH_COLUMNS: dict[str, dict[str, Any]] = {
+    " ": {"style": "dim"},
+    "Name": {"justify": "left", "no_wrap": True},
+    "Params": {"justify": "right"},
+    "Params per Device": {"justify": "right"},
+    "In sizes": {"justify": "right", "style": "white"},
+    "Out sizes": {"justify": "right", "style": "white"},
+}
+
+
+def _show_rich(
+    columns: list[tuple[str, list[str]]],
+    totals: dict[str, Any],
+    flops_line: str | None,
+    *,
+    header_style: str = "bold magenta",
+    **_: Any,
+) -> None:
+    from rich import get_console
+    from rich.table import Table
+
+    console = get_console()
+    table = Table(header_style=header_style)
+    for name, _values in columns:
+        table.add_column(name, **RICH_COLUMNS.get(name, {}))
+    for row in zip(*(values for _name, values in columns), strict=True):
+        table.add_row(*row)
+    console.print(table)
+
+    total, trainable = totals["total_parameters"], totals["trainable_parameters"]
+    modes = totals["total_training_modes"]
+    grid = Table.grid(expand=True)
+    grid.add_column()
+    for label, value in (
+        ("Trainable params", get_human_readable_count(int(trainable))),
+        ("Non-trainable params", get_human_readable_count(int(total - trainable))),
+        ("Total params", get_human_readable_count(int(total))),
+        ("Total estimated model params size (MB)", get_formatted_model_size(totals["model_size"])),
+        ("Modules in train mode", modes["train"]),
+        ("Modules in eval mode", modes["eval"]),
+    ):
+        grid.add_row(f"[bold]{label}[/]: {value}")
+    console.print(grid)
+    if flops_line:
+        label, _, rest = flops_line.partition(": ")
+        console.print(f"[bold]{label}[/]: {rest}", soft_wrap=True, highlight=False)
