@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_cli
 from xfmr.errors import UserError
-from xfmr.sweeps.gpus import GpuGroups, GpuPool, divide_gpus
+from xfmr.sweeps.gpus import GpuGroups, GpuPool, describe_groups, divide_gpus
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 GPUS = [str(i) for i in range(4)]
@@ -77,6 +77,20 @@ def test_jobs_share_gpus_only_when_asked_fewest_jobs_to_a_gpu_first() -> None:
         assert again == ("0",)  # all were given back
 
 
+@pytest.mark.parametrize(
+    ("groups", "said"),
+    [
+        (GpuGroups((("0",),)), "each job trains on GPU 0"),  # not "GPUs per job 0"
+        (GpuGroups((("0", "1"), ("2", "3"))), "up to 2 jobs at once, each on GPUs of its own: "
+         "GPUs 0,1 | GPUs 2,3"),
+        (GpuGroups((("0",), ("1",)), shared=True), "jobs share the GPUs, several at once on "
+         "each of: GPU 0 | GPU 1"),
+    ],
+)  # fmt: skip
+def test_the_sweep_names_the_gpus_each_job_gets_as_devices(groups, said) -> None:
+    assert describe_groups(groups) == said
+
+
 def test_a_group_given_back_is_taken_by_the_next_job() -> None:
     pool = GpuPool(divide_gpus(GPUS, 2, 1))
     with pool.held() as first:
@@ -107,7 +121,9 @@ def _sweep(tmp_path: Path, *overrides: str, gpus: int, trainer: str = "{devices:
 def test_two_jobs_running_at_once_never_hold_the_same_gpu(tmp_path: Path) -> None:
     result, jobs = _sweep(tmp_path, "x=1,2,3,4", "+sleep=1", "hydra.sweeper.workers=2", gpus=4)
     assert result.returncode == 0, result.output
-    assert "sweep: GPUs per job 0,1 | 2,3" in result.output
+    assert (
+        "sweep: up to 2 jobs at once, each on GPUs of its own: GPUs 0,1 | GPUs 2,3" in result.output
+    )
     assert len(jobs) == 4
     assert {job["cuda_visible_devices"] for job in jobs} == {"0,1", "2,3"}
     overlapped = 0

@@ -31,6 +31,17 @@ class GpuGroups:
     shared: bool = False
 
 
+def describe_groups(groups: GpuGroups) -> str:
+    """The GPUs each job is given, in words that read as devices, not counts: "each job trains
+    on GPU 0", "up to 2 jobs at once, each on GPUs of its own: GPUs 0,1 | GPUs 2,3"."""
+    names = [f"GPU{'s' if len(group) > 1 else ''} {','.join(group)}" for group in groups.groups]
+    if groups.shared:
+        return f"jobs share the GPUs, several at once on each of: {' | '.join(names)}"
+    if len(names) == 1:
+        return f"each job trains on {names[0]}"
+    return f"up to {len(names)} jobs at once, each on GPUs of its own: {' | '.join(names)}"
+
+
 def divide_gpus(
     visible: list[str], workers: int, devices: Any, *, share: bool = False
 ) -> GpuGroups | None:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
 from xfmr.run_dir.files import make_writable_dir
-from xfmr.sweeps.gpus import GpuPool, sweep_gpus
+from xfmr.sweeps.gpus import GpuPool, describe_groups, sweep_gpus
 from xfmr.sweeps.jobs import divide_threads, end_of_jobs
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
@@ -105,8 +105,7 @@ def use_gpus(launcher: Any, config: DictConfig, workers: int) -> None:
     groups = sweep_gpus(config, workers, share=share)
     launcher.gpu_pool = GpuPool(groups) if groups else None
     if groups:
-        listed = " | ".join(",".join(group) for group in groups.groups)
-        log.info("sweep: GPUs per job %s%s", listed, " (shared)" if groups.shared else "")
+        log.info("sweep: %s (given to the job as CUDA_VISIBLE_DEVICES)", describe_groups(groups))
 
 
 def prepare_loggers(config: DictConfig) -> None:
