@@ -24,9 +24,10 @@ class NonFiniteGuard:
 
     Nothing of this reads the device on a plain step:
 
-    - `verdict` reduces the step's loss and every gradient to one flag on the device, and
-      writes the step, its loss, each gradient's largest |g| and the last finite loss into a
-      small record beside it.
+    - `verdict` reduces the step's loss and every gradient's norm to one flag on the device,
+      and writes the step, its loss, each gradient's norm and the last finite loss into a
+      small record beside it. The norms are those gradient clipping scales by
+      (`gradient_norms`), computed once for both.
     - The flag reaches the update on the device too: a fused optimizer takes it as its
       `found_inf`, the tensor torch's GradScaler gives it to skip an fp16 step, and where it is
       set the fused kernel leaves the weights, the moments and the step count as they were
@@ -48,7 +49,7 @@ class NonFiniteGuard:
     def __init__(self, max_skips: int = 0) -> None:
         self.max_skips = max_skips
         self.skipped: list[int] = []
-        self._record: torch.Tensor | None = None  # rows: step, loss, last finite, max |g| each
+        self._record: torch.Tensor | None = None  # rows: step, loss, last finite, |g| each
         self._pending: torch.Tensor | None = None  # bad steps written since the last settle
         self._last_finite: torch.Tensor | None = None  # (step, loss) of the last step that passed
         self._names: tuple[str, ...] = ()  # the parameters behind the record's |g| columns
@@ -57,32 +58,31 @@ class NonFiniteGuard:
         self,
         step: int,
         loss: torch.Tensor | None,
-        params: list[tuple[str, torch.nn.Parameter]],
+        names: tuple[str, ...],
+        norms: torch.Tensor | None,
         agree: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """A flag on the device, 1.0 where this step must not be taken (its loss or a gradient
-        is not finite here, or on another rank), else 0.0; recorded for `settle`. `params`:
-        those whose gradients to check (none under fp16's loss scaler, which checks them
-        itself); `agree` sums a flag over the ranks."""
-        named = [(n, p.grad) for n, p in params if p.grad is not None]
-        if loss is None and not named:
+        is not finite here, or on another rank), else 0.0; recorded for `settle`.
+
+        `norms`: the 2-norm of each gradient to check (`gradient_norms`; none under fp16's loss
+        scaler, which checks them itself), named by `names`. A norm is finite exactly when its
+        gradient is, but for one whose norm overflows, which clipping could not scale either.
+        `agree` sums a flag over the ranks."""
+        if loss is None and norms is None:
             return torch.zeros(())
-        device = loss.device if loss is not None else named[0][1].device
+        device = loss.device if loss is not None else norms.device
         dtype = torch.float32 if device.type == "mps" else torch.float64
         loss_value = (
             loss.detach().reshape(1).to(dtype)
             if loss is not None
             else torch.zeros(1, dtype=dtype, device=device)
         )
-        largest = (  # each gradient's max |g|: finite exactly when every element is
-            torch.stack(torch._foreach_norm([g for _, g in named], math.inf)).to(dtype)
-            if named
-            else loss_value.new_zeros(0)
-        )
-        bad = (~torch.cat([loss_value, largest]).isfinite().all()).to(torch.float32)
+        norms = norms.to(dtype) if norms is not None else loss_value.new_zeros(0)
+        bad = (~torch.cat([loss_value, norms]).isfinite().all()).to(torch.float32)
         if agree is not None:
             bad = (agree(bad) > 0).to(torch.float32)
-        self._write(step, loss_value, largest, bad, tuple(n for n, _ in named))
+        self._write(step, loss_value, norms, bad, names if norms.numel() else ())
         return bad
 
     def _write(
@@ -159,10 +159,10 @@ class NonFiniteGuard:
 
 def describe_row(row: list[float], names: tuple[str, ...]) -> str:
     """What was not finite at a recorded step: the loss, or the first parameter's gradient."""
-    step, loss, largest = int(row[0]), row[1], row[4:]
+    step, loss, norms = int(row[0]), row[1], row[4:]
     if not math.isfinite(loss):
         return f"the loss is {loss} at step {step}"
-    for name, value in zip(names, largest, strict=False):
+    for name, value in zip(names, norms, strict=False):
         if not math.isfinite(value):
             kind = "nan" if math.isnan(value) else "inf"
             return f"the gradient of {name} is {kind} at step {step}, where the loss is {loss:.4g}"
@@ -250,6 +250,19 @@ def connect(settings: dict[str, Any]) -> Any:
         study._study_id, int(settings["number"])
     )
     return optuna.trial.Trial(study, trial_id)
+
+
+def gradient_norms(
+    params: list[tuple[str, torch.nn.Parameter]],
+) -> tuple[tuple[str, ...], list[torch.nn.Parameter], torch.Tensor | None]:
+    """The parameters that have gradients, their names, and each gradient's 2-norm stacked
+    (one foreach kernel): the guard reads them for finiteness, and clipping scales by their
+    total, as `torch.nn.utils.clip_grad_norm_` computes it."""
+    named = [(name, p) for name, p in params if p.grad is not None]
+    if not named:
+        return (), [], None
+    norms = torch.stack(torch._foreach_norm([p.grad for _, p in named], 2.0))
+    return tuple(name for name, _ in named), [p for _, p in named], norms
 
 
 def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:

@@ -18,7 +18,12 @@ from xfmr.objectives.common import IGNORE_INDEX
 from xfmr.objectives.contract import Objective
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
-from xfmr.training.guards import NonFiniteGuard, skipped_where, takes_found_inf
+from xfmr.training.guards import (
+    NonFiniteGuard,
+    gradient_norms,
+    skipped_where,
+    takes_found_inf,
+)
 from xfmr.training.optim import param_groups
 
 log = logging.getLogger("xfmr")
@@ -66,6 +71,7 @@ class XfmrModule(L.LightningModule):
         self._last_step_taken = True
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
+        self._clip_by: tuple[list[nn.Parameter], torch.Tensor] | None = None
         self.val_loss = MeanMetric()
         self.val_metrics = nn.ModuleDict(objective.metrics())
 
@@ -127,13 +133,16 @@ class XfmrModule(L.LightningModule):
             return
         result = optimizer_closure()  # the loss / accumulate_grad_batches, as backward saw it
         loss = None if result is None else result * self.trainer.accumulate_grad_batches
-        # fp16's loss scaler finds inf gradients itself and skips those steps.
-        params = [] if self._loss_scaled() else self._guarded
+        # fp16's loss scaler finds inf gradients itself and skips those steps; otherwise the
+        # gradients' norms serve the guard and clipping both.
+        names, params, norms = gradient_norms([] if self._loss_scaled() else self._guarded)
+        self._clip_by = (params, norms) if norms is not None else None
         reduce = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
         bad = guard.verdict(
             self.trainer.global_step,
             loss,
-            params,
+            names,
+            norms,
             agree=(lambda flag: reduce(flag, reduce_op="sum")) if reduce else None,
         )
         if not self._skips_on_device:
@@ -192,20 +201,24 @@ class XfmrModule(L.LightningModule):
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         plugin = self.trainer.precision_plugin
-        if not isinstance(plugin, MixedPrecision) or plugin.scaler is not None:
+        measured, self._clip_by = self._clip_by, None
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is not None:
             super().configure_gradient_clipping(
                 optimizer, gradient_clip_val, gradient_clip_algorithm
             )
             return
-        # bf16-mixed: no loss scale, so nothing to unscale and a fused optimizer's gradients are
-        # clipped as in full precision. Lightning's mixed-precision plugin refuses any fused
-        # optimizer, whatever the dtype; its base class clips without that check.
-        Precision.clip_gradients(
-            plugin,
-            optimizer,
-            gradient_clip_val or 0.0,
-            GradClipAlgorithmType(gradient_clip_algorithm or "norm"),
-        )
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+        if measured is not None and gradient_clip_val and algorithm == GradClipAlgorithmType.NORM:
+            # The guard's norms, summed as clip_grad_norm_ sums them: one pass over the
+            # gradients for both.
+            params, norms = measured
+            total = torch.linalg.vector_norm(norms, 2.0)
+            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, total)
+            return
+        # Without a scaler nothing is unscaled, so a fused optimizer's gradients are clipped as
+        # in full precision. Lightning's mixed-precision plugin refuses any fused optimizer,
+        # whatever the dtype; its base class clips without that check.
+        Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
 
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
