@@ -123,9 +123,21 @@ def batch_key(seed: int, epoch: int, batch: int, rank: int) -> int:
 
 def seed_generators(key: int) -> None:
     """Seed torch, numpy and Python's generators from a 64-bit key."""
-    torch.manual_seed(key & ((1 << 63) - 1))
+    seed_torch(key & ((1 << 63) - 1))
     np.random.seed(key & 0xFFFFFFFF)
     random.seed(key)
+
+
+def seed_torch(seed: int) -> None:
+    """What `torch.manual_seed` does to the generators a run draws from: the CPU's, and a CUDA
+    or MPS device's once in use. torch.manual_seed also queues a seed for every other device
+    type torch was built for, formatting the Python stack for each: 0.3 to 0.9 ms a call on a
+    CPU, twice a training step, against microseconds here."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+    if torch.backends.mps.is_available():
+        torch.mps.manual_seed(seed)
 
 
 class KeyedBatch(NamedTuple):
