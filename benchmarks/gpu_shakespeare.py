@@ -1,42 +1,65 @@
-"""xfmr-train beside nanoGPT's own train.py on one GPU: nanoGPT's GPU Shakespeare run, eager and
-compiled, and a GPT-2-small-shaped model in bf16 with a profile of its step.
+"""xfmr-train beside nanoGPT's own train.py on one GPU, in one run: nanoGPT's GPU Shakespeare
+config and a GPT-2-small-shaped model, each eager, compiled and (xfmr) as CUDA graphs, MFU
+against the GPU's datasheet peak, the goals met or not, and a profile of the GPT-2-shaped step.
 
     python benchmarks/gpu_shakespeare.py --nanogpt ../shared/third_party/nanoGPT \\
-        --data ../shared/data/tinyshakespeare/input.txt --steps 5000
-    python benchmarks/gpu_shakespeare.py --nanogpt ... --data ... --device cpu --tiny --steps 8
+        --data ../shared/data/tinyshakespeare/input.txt --steps 300 --gpt2-steps 30 \\
+        --out-json outputs/bench/gpu_shakespeare.json
+    python benchmarks/gpu_shakespeare.py --nanogpt ... --data ... --device cpu --tiny \\
+        --steps 8 --gpt2-steps 8 --no-compile
 
 1. nanoGPT's config/train_shakespeare_char.py (6 layers, 6 heads, d 384, block 256, batch 64,
-   dropout 0.2, lr 1e-3 -> 1e-4, warm-up 100), --steps of it (default its 5000) for both.
-   nanoGPT runs from a temporary copy (data prepared there from --data, offline; nothing in the
-   copy edited), in its default dtype (bf16 where the GPU has it, else fp16); xfmr-train with
-   trainer.precision=auto (the same choice). Both with and without compile. Validation loss:
-   each run's last weights over every block of xfmr's validation split (the last 10% of the
-   text), float32, nanoGPT's checkpoint through its own model class.
-2. A GPT-2-small-shaped model (12 layers, 12 heads, d 768, block 1024, --gpt2-batch) through
-   xfmr-train in bf16-mixed on the same characters (vocabulary 65, not GPT-2's 50257), and a
-   few of its steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the
-   GPU's kernel time goes, by what launched each kernel, and the top operators.
+   dropout 0.2, lr 1e-3 -> 1e-4, warm-up 100), --steps of it (default its 5000) for every run:
+   xfmr-train with compile=false, true and reduce-overhead (CUDA graphs), nanoGPT's train.py
+   with --compile=False and True. nanoGPT runs from a temporary copy (data prepared there from
+   --data, offline; nothing in the copy edited) in its default dtype (bf16 where the GPU has
+   it, else fp16); xfmr-train in the precision trainer.precision=auto picks, set explicitly.
+   Validation loss: each run's last weights over every block of xfmr's validation split (the
+   last 10% of the text), float32, nanoGPT's checkpoint through its own model class.
+2. A GPT-2-small-shaped model (12 layers, 12 heads, d 768, block 1024, batch --gpt2-batch, no
+   bias, no dropout; vocabulary 65, tiny Shakespeare's characters, not GPT-2's 50257), the same
+   five runs for --gpt2-steps steps, nanoGPT with --bias=False --dropout=0.0; then a few eager
+   xfmr steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's
+   kernel time goes, by what launched each kernel, and the top operators.
 
-ms/step: the median of steps 6..N, validation and evaluation steps left out (xfmr's
-results.json; nanoGPT's printed times). MFU: tokens/step x FLOPs per token (nanoGPT's
-6N + 12*L*H*Q*T) / (ms/step) / the device's peak, measured here (2048x2048 bf16 matmuls on the
-GPU; on a CPU, float32 matmuls, the precision auto picks there). --device cpu runs the same
-path on a CPU, where nanoGPT trains in float32; --tiny shrinks both models for a quick check.
+ms/step: xfmr's results.json, the median step over windows that end at its logging steps
+(every `trainer.log_every_n_steps`, 10, where it waits for the device; validation left out),
+the first window (steps 2-10) holding a compiled run's warm-up and CUDA graph recording: at
+--gpt2-steps 30 it is one window of three, so the median is another. nanoGPT's printed
+per-iteration times (its --log_interval=1 reads the loss every step, as it is run), median of
+iterations 5..N without evaluation iterations. MFU, the same for every row: tokens
+per step x FLOPs per token (nanoGPT's 6N + 12*L*H*Q*T) / (ms/step) / one device's dense peak in
+the training precision, `xfmr.training.throughput.resolve_peak`: a GPU's datasheet figure
+(Lightning's `get_available_flops`; a GPU it does not know has no MFU), a CPU's measured, or
+--peak-tflops. Goals, printed pass or FAIL beside each table: xfmr-train at most nanoGPT's
+ms/step eager and compiled, with validation loss within SEED_NOISE of nanoGPT's; reduce-overhead
+at most CUDA_GRAPHS_GOAL x nanoGPT's compiled ms/step; the GPT-2-shaped compile=true run at
+MFU_GOAL of the peak or more.
+
+Time on one H100 (an estimate, not measured): `--steps 300 --gpt2-steps 30` is ten training
+runs and a profile, about 8-10 minutes, most of it six cold compiles of about a minute each;
+the timed steps take under a minute. --steps 5000 adds a few minutes per Shakespeare run.
+Rows are printed to stderr and written to --out-json as each run ends, so a run cut short
+keeps what it measured. --device cpu runs the same path on a CPU (nanoGPT in float32 there);
+--tiny shrinks both models for a quick check.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import lightning
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,38 +68,93 @@ from gpt_throughput import (  # noqa: E402
     SETTLE_STEPS,
     Shape,
     flops_per_token,
-    prepare_nanogpt,  # noqa: E402
+    prepare_nanogpt,
 )
 from nanogpt_loss import nanogpt_loss, validation_blocks  # noqa: E402
 
+from xfmr.checks import device_precision  # noqa: E402
 from xfmr.runs.evaluation import evaluate_loss  # noqa: E402
-from xfmr.training.throughput import measured_peak_flops  # noqa: E402
+from xfmr.training.throughput import (  # noqa: E402
+    Peak,
+    device_name,
+    mfu,
+    precision_dtype,
+    resolve_peak,
+)
 
 SHAKESPEARE = Shape(d_model=384, n_layers=6, n_heads=6, block_size=256, batch_size=64)
-GPT2_SMALL = Shape(d_model=768, n_layers=12, n_heads=12, block_size=1024, batch_size=8)
+GPT2_SMALL = Shape(d_model=768, n_layers=12, n_heads=12, block_size=1024, batch_size=16)
 TINY_SHAKESPEARE = Shape(d_model=64, n_layers=2, n_heads=2, block_size=32, batch_size=4)
 TINY_GPT2 = Shape(d_model=64, n_layers=2, n_heads=2, block_size=64, batch_size=2)
 DROPOUT = 0.2
 WARMUP = 100  # nanoGPT's warmup_iters
+XFMR = "xfmr-train"
+NANOGPT = "nanoGPT train.py"
+# xfmr's `compile` values, eager first; nanoGPT's --compile has the first two.
+COMPILE_MODES = ("false", "true", "reduce-overhead")
+NANOGPT_MODES = ("false", "true")
+# Validation loss differences below this are seed noise: over four seeds the CPU comparison in
+# docs/benchmarks.md has a standard deviation of 0.007-0.008 per framework, so one run against
+# one run differs by about 0.011 from seeds alone; 0.02 is about twice that.
+SEED_NOISE = 0.02
+CUDA_GRAPHS_GOAL = 0.7  # reduce-overhead's ms/step over nanoGPT's compiled
+MFU_GOAL = 0.40  # the GPT-2-shaped compile=true run, of the peak
+TABLES = {"shakespeare": "Shakespeare char", "gpt2": "GPT-2-small-shaped"}
 
 
 @dataclass
 class Row:
-    run: str
-    compiled: bool
-    precision: str
+    table: str  # a key of TABLES
+    run: str  # XFMR or NANOGPT
+    compile: str  # a COMPILE_MODES value
+    precision: str  # Lightning's name for xfmr's, the dtype for nanoGPT's
     ms_per_step: float
+    mfu: float | None = None
     val_loss: float | None = None
-    checkpoint: Path | None = None  # nanoGPT's, scored after training
+    note: str | None = None  # a compile that fell back to eager
 
 
-def xfmr_command(shape: Shape, data: Path, steps: int, device: str, run_dir: Path) -> list[str]:
-    return [
+@dataclass(frozen=True)
+class Setup:
+    """What every run of one benchmark shares."""
+
+    device: str
+    precision: str  # Lightning's, every xfmr run's; nanoGPT's dtype is the same
+    data: Path
+    out: Path
+    copy: Path  # nanoGPT's temporary copy
+    vocab_size: int
+    peak: Peak | None
+    peak_tflops: float | None  # --peak-tflops, passed on to xfmr-train
+
+
+@dataclass
+class Report:
+    """Rows as they are measured, each written to `out_json` (when given) as it comes."""
+
+    header: dict
+    out_json: Path | None
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(f"measured: {describe(row)}, {row.ms_per_step:.2f} ms/step", file=sys.stderr)
+        if self.out_json is not None:
+            self.out_json.parent.mkdir(parents=True, exist_ok=True)
+            self.out_json.write_text(json.dumps(self.as_json(), indent=2) + "\n")
+
+    def as_json(self) -> dict:
+        rows = [{**asdict(row), "vs_nanogpt": vs_nanogpt(row, self.rows)} for row in self.rows]
+        return {**self.header, "rows": rows, "goals": [asdict(g) for g in goals(self.rows)]}
+
+
+def xfmr_command(shape: Shape, setup: Setup, steps: int, run_dir: Path) -> list[str]:
+    command = [
         sys.executable,
         "-m",
         "xfmr.cli.train",
         "experiment=nanogpt_shakespeare_char",
-        f"data.path={data}",
+        f"data.path={setup.data}",
         f"model.d_model={shape.d_model}",
         f"model.n_layers={shape.n_layers}",
         f"model.n_heads={shape.n_heads}",
@@ -86,37 +164,62 @@ def xfmr_command(shape: Shape, data: Path, steps: int, device: str, run_dir: Pat
         f"schedule.warmup_steps={min(WARMUP, max(1, steps // 5))}",
         f"trainer.max_steps={steps}",
         f"trainer.val_check_interval={steps}",
-        f"trainer.accelerator={'gpu' if device == 'cuda' else 'cpu'}",
+        f"trainer.accelerator={'gpu' if setup.device == 'cuda' else 'cpu'}",
+        f"trainer.precision={setup.precision}",
         "trainer.num_sanity_val_steps=0",
         "trainer.enable_model_summary=false",
         "callbacks.progress_bar=null",
         "callbacks.text_sample=null",
         "logger=none",
         "print_config=false",
-        "throughput.peak_tflops=1",  # MFU is computed here, against one measured peak
         f"hydra.run.dir={run_dir}",
     ]
+    if setup.peak_tflops is not None:
+        command.append(f"throughput.peak_tflops={setup.peak_tflops}")
+    return command
 
 
-def run_xfmr(name, shape, data, out, steps, device, *, compile: bool, extra=()) -> tuple[Row, Path]:
-    run_dir = out / f"xfmr-{name}{'-compiled' if compile else ''}"
+def run_quietly(command: list[str], **kwargs) -> str:
+    """The command's output (stdout and stderr); on failure its tail, then exit."""
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        tail = output[-4000:]
+        sys.exit(f"{shlex.join(command)}\nfailed ({result.returncode}); it printed:\n{tail}")
+    return output
+
+
+def compile_fallback(output: str) -> str | None:
+    """The line in which a compiled run says steps ran eagerly (`CompiledStep`'s warnings: a
+    compile that failed, a batch shape past its CUDA graphs), if any."""
+    said = ("failed (", "runs eagerly")
+    lines = (line for line in output.splitlines() if "compile=" in line)
+    return next((line.strip() for line in lines if any(s in line for s in said)), None)
+
+
+def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=()):
+    """One xfmr-train run; its Row and run directory."""
+    run_dir = setup.out / f"xfmr-{table}-compile-{mode}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [*xfmr_command(shape, data, steps, device, run_dir), f"compile={compile}".lower()]
-    env = {**os.environ, "XFMR_CACHE_DIR": str(out / "cache")}
-    subprocess.run([*command, *extra], check=True, stdout=subprocess.DEVNULL, env=env)
+    command = [*xfmr_command(shape, setup, steps, run_dir), f"compile={mode}", *extra]
+    env = {**os.environ, "XFMR_CACHE_DIR": str(setup.out / "cache")}
+    output = run_quietly(command, env=env)
     results = json.loads((run_dir / "results.json").read_text())
-    row = Row("xfmr-train", compile, results["precision"], results["ms_per_step"])
+    row = Row(table, XFMR, mode, results["precision"], results["ms_per_step"])
+    row.note = compile_fallback(output) if mode != "false" else None
     return row, run_dir
 
 
-def run_nanogpt(copy: Path, shape: Shape, steps: int, device: str, *, compile: bool) -> Row:
-    """train.py as nanoGPT's GPU Shakespeare config runs it, for `steps` steps; its checkpoint
-    holds the weights after exactly `steps` (saved at the evaluation of iteration `steps`)."""
-    out_dir = copy / f"out-{'compiled' if compile else 'eager'}"
+def nanogpt_args(
+    shape: Shape, setup: Setup, steps: int, mode: str, out_dir: Path, *, scored: bool
+) -> list[str]:
+    """train.py's command line: nanoGPT's GPU Shakespeare config at `shape`, `steps` updates.
+    `scored`: its checkpoint holds the weights after exactly `steps` (saved at the evaluation of
+    iteration `steps`); otherwise only iteration 0 is evaluated and nothing is saved."""
     args = [
         "config/train_shakespeare_char.py",
-        f"--device={device}",
-        f"--compile={compile}",
+        f"--device={setup.device}",
+        f"--compile={mode == 'true'}",
         f"--n_layer={shape.n_layers}",
         f"--n_head={shape.n_heads}",
         f"--n_embd={shape.d_model}",
@@ -125,125 +228,213 @@ def run_nanogpt(copy: Path, shape: Shape, steps: int, device: str, *, compile: b
         f"--max_iters={steps}",
         f"--lr_decay_iters={steps}",
         f"--warmup_iters={min(WARMUP, max(1, steps // 5))}",
-        f"--eval_interval={steps}",
-        "--eval_iters=2",  # its own estimate is not used: both are scored on the same blocks
+        f"--eval_interval={steps if scored else steps + 1}",
+        "--eval_iters=2",  # its own estimate is not used: runs are scored on xfmr's blocks
         "--log_interval=1",
-        "--always_save_checkpoint=True",
+        f"--always_save_checkpoint={scored}",
         f"--out_dir={out_dir}",
     ]
-    args += [] if device == "cuda" else ["--dtype=float32"]  # it autocasts on CUDA only
-    result = subprocess.run(
-        [sys.executable, "train.py", *args], cwd=copy, check=True, capture_output=True, text=True
-    )
+    return args + ([] if setup.device == "cuda" else ["--dtype=float32"])  # autocasts on CUDA
+
+
+def run_nanogpt(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=()):
+    """One run of nanoGPT's train.py; its Row and checkpoint (saved where `table` is scored)."""
+    out_dir = setup.copy / f"out-{table}-compile-{mode}"
+    scored = table == "shakespeare"
+    args = [*nanogpt_args(shape, setup, steps, mode, out_dir, scored=scored), *extra]
+    output = run_quietly([sys.executable, "train.py", *args], cwd=setup.copy)
     step_ms = [
         float(m[3])
-        for m in NANOGPT_LINE.finditer(result.stdout)
-        if int(m[1]) >= SETTLE_STEPS and int(m[1]) % steps  # evaluation steps left out
+        for m in NANOGPT_LINE.finditer(output)
+        if int(m[1]) >= SETTLE_STEPS and int(m[1]) % steps  # evaluation iterations left out
     ]
-    dtype = "float32" if device != "cuda" else _nanogpt_cuda_dtype()
-    return Row(
-        "nanoGPT train.py", compile, dtype, statistics.median(step_ms), None, out_dir / "ckpt.pt"
-    )
+    dtype = "float32" if setup.device != "cuda" else nanogpt_cuda_dtype()
+    return Row(table, NANOGPT, mode, dtype, statistics.median(step_ms)), out_dir / "ckpt.pt"
 
 
-def _nanogpt_cuda_dtype() -> str:
+def nanogpt_cuda_dtype() -> str:
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
 
-def shakespeare_rows(args, copy: Path, data: Path, out: Path) -> list[Row]:
+def with_mfu(row: Row, shape: Shape, token_flops: float, peak: Peak | None) -> Row:
+    """The row with its MFU: FLOPs per token `token_flops` at its ms/step over `peak`."""
+    if peak is not None:
+        tokens_per_s = shape.tokens_per_step / (row.ms_per_step / 1000.0)
+        row.mfu = mfu(tokens_per_s, token_flops, peak.flops)
+    return row
+
+
+def shakespeare_rows(args, setup: Setup, report: Report) -> None:
     shape = TINY_SHAKESPEARE if args.tiny else SHAKESPEARE
-    rows = []
-    for compile in (False, True) if args.compile else (False,):
-        xfmr_row, run_dir = run_xfmr(
-            "shakespeare",
-            shape,
-            data,
-            out,
-            args.steps,
-            args.device,
-            compile=compile,
-            extra=[f"model.dropout={DROPOUT}", f"model.attn_dropout={DROPOUT}"],
-        )
-        nanogpt_row = run_nanogpt(copy, shape, args.steps, args.device, compile=compile)
-        xfmr_run, loader = validation_blocks(run_dir, device=args.device)
+    dropout = [f"model.dropout={DROPOUT}", f"model.attn_dropout={DROPOUT}"]
+    fpt = flops_per_token(shape, setup.vocab_size)
+    for mode in compile_modes(args):
+        xfmr_row, run_dir = run_xfmr("shakespeare", shape, setup, args.steps, mode, dropout)
+        xfmr_run, loader = validation_blocks(run_dir, device=setup.device)
         xfmr_row.val_loss = evaluate_loss(xfmr_run, loader)["loss"]
-        nanogpt_row.val_loss = nanogpt_loss(
-            copy, nanogpt_row.checkpoint, xfmr_run, loader, device=args.device
-        )
-        rows += [xfmr_row, nanogpt_row]
-    return rows
+        report.add(with_mfu(xfmr_row, shape, fpt, setup.peak))
+        if mode in NANOGPT_MODES:
+            nanogpt_row, checkpoint = run_nanogpt("shakespeare", shape, setup, args.steps, mode)
+            with contextlib.redirect_stdout(sys.stderr):  # its model prints its size
+                nanogpt_row.val_loss = nanogpt_loss(
+                    setup.copy, checkpoint, xfmr_run, loader, device=setup.device
+                )
+            report.add(with_mfu(nanogpt_row, shape, fpt, setup.peak))
 
 
-def peak(device: str, out: Path, given_tflops: float | None) -> tuple[float, str]:
-    """The device's peak matmul FLOP/s: bf16 on a GPU, float32 on a CPU (auto's precision)."""
-    if given_tflops is not None:
-        return given_tflops * 1e12, "given"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    flops = measured_peak_flops(torch.device(device), dtype, cache_dir=out / "cache")
-    return flops, f"measured, {str(dtype).removeprefix('torch.')}"
+def gpt2_rows(args, setup: Setup, report: Report) -> None:
+    """Speed only: no run is scored, none saves its weights."""
+    shape = gpt2_shape(args)
+    unsaved = ["callbacks.model_checkpoint=null", "trainer.limit_val_batches=2"]
+    fpt = flops_per_token(shape, setup.vocab_size)
+    for mode in compile_modes(args):
+        row, _ = run_xfmr("gpt2", shape, setup, args.gpt2_steps, mode, unsaved)
+        report.add(with_mfu(row, shape, fpt, setup.peak))
+        if mode in NANOGPT_MODES:
+            no_bias = ["--bias=False", "--dropout=0.0"]
+            row, _ = run_nanogpt("gpt2", shape, setup, args.gpt2_steps, mode, no_bias)
+            report.add(with_mfu(row, shape, fpt, setup.peak))
 
 
-def mfu(shape: Shape, ms: float, fpt: float, peak_flops: float) -> float:
-    return shape.tokens_per_step / (ms / 1000.0) * fpt / peak_flops
+def compile_modes(args) -> tuple[str, ...]:
+    return COMPILE_MODES if args.compile else COMPILE_MODES[:1]
 
 
-def print_tables(args, rows, gpt2_row, vocab_size, peak_flops, peak_note) -> None:
-    device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    shape = TINY_SHAKESPEARE if args.tiny else SHAKESPEARE
-    fpt = flops_per_token(shape, vocab_size)
-    print(f"\n{device}; peak {peak_flops / 1e12:.2f} TFLOP/s ({peak_note}); {args.steps} steps")
-    print(
-        f"\nShakespeare char, {shape.n_layers} layers, {shape.n_heads} heads, d {shape.d_model}, "
-        f"block {shape.block_size}, batch {shape.batch_size}\n"
+def gpt2_shape(args) -> Shape:
+    return TINY_GPT2 if args.tiny else replace(GPT2_SMALL, batch_size=args.gpt2_batch)
+
+
+def find(rows: list[Row], table: str, run: str, mode: str) -> Row | None:
+    return next((r for r in rows if (r.table, r.run, r.compile) == (table, run, mode)), None)
+
+
+def vs_nanogpt(row: Row, rows: list[Row]) -> float | None:
+    """ms/step over nanoGPT's at the same shape: eager against eager, compiled (either mode)
+    against its compiled run."""
+    reference = find(rows, row.table, NANOGPT, "false" if row.compile == "false" else "true")
+    return row.ms_per_step / reference.ms_per_step if reference else None
+
+
+@dataclass
+class Goal:
+    goal: str
+    verdict: str  # pass, FAIL or not measured
+    detail: str
+    table: str
+
+
+def goals(rows: list[Row]) -> list[Goal]:
+    """Every goal, met or not, or not measured where a row it needs was not run."""
+    return [
+        parity_goal(rows, "false", "eager"),
+        parity_goal(rows, "true", "compiled"),
+        cuda_graphs_goal(rows),
+        mfu_goal(rows),
+    ]
+
+
+def parity_goal(rows: list[Row], mode: str, label: str) -> Goal:
+    goal = f"{label}: {XFMR} ms/step <= nanoGPT's, val loss within {SEED_NOISE} (seed noise)"
+    xfmr_row = find(rows, "shakespeare", XFMR, mode)
+    nanogpt = find(rows, "shakespeare", NANOGPT, mode)
+    if xfmr_row is None or nanogpt is None:
+        return not_measured(goal, "shakespeare", f"compile={mode}")
+    gap = xfmr_row.val_loss - nanogpt.val_loss
+    met = xfmr_row.ms_per_step <= nanogpt.ms_per_step and abs(gap) <= SEED_NOISE
+    detail = (
+        f"{xfmr_row.ms_per_step:.2f} vs {nanogpt.ms_per_step:.2f} ms, val loss "
+        f"{xfmr_row.val_loss:.4f} vs {nanogpt.val_loss:.4f} ({gap:+.4f})"
     )
-    print("| run | compile | precision | ms/step | MFU | val loss (every block) |")
-    print("|---|---|---|---:|---:|---:|")
-    for row in rows:
+    return Goal(goal, verdict(met), detail, "shakespeare")
+
+
+def cuda_graphs_goal(rows: list[Row]) -> Goal:
+    goal = (
+        f"CUDA graphs: {XFMR} compile=reduce-overhead ms/step <= {CUDA_GRAPHS_GOAL}x "
+        "nanoGPT's compiled"
+    )
+    graphs = find(rows, "shakespeare", XFMR, "reduce-overhead")
+    nanogpt = find(rows, "shakespeare", NANOGPT, "true")
+    if graphs is None or nanogpt is None:
+        return not_measured(goal, "shakespeare", "compile=reduce-overhead and compile=true")
+    ratio = graphs.ms_per_step / nanogpt.ms_per_step
+    detail = f"{graphs.ms_per_step:.2f} vs {nanogpt.ms_per_step:.2f} ms, {ratio:.2f}x"
+    return Goal(goal, verdict(ratio <= CUDA_GRAPHS_GOAL), detail, "shakespeare")
+
+
+def mfu_goal(rows: list[Row]) -> Goal:
+    goal = f"GPT-2-small shape: {XFMR} compile=true MFU >= {MFU_GOAL:.0%} of the peak"
+    compiled = find(rows, "gpt2", XFMR, "true")
+    if compiled is None:
+        return not_measured(goal, "gpt2", "compile=true")
+    if compiled.mfu is None:
+        return Goal(goal, "not measured", "no peak, so no MFU", "gpt2")
+    return Goal(goal, verdict(compiled.mfu >= MFU_GOAL), f"{compiled.mfu:.1%}", "gpt2")
+
+
+def not_measured(goal: str, table: str, runs: str) -> Goal:
+    return Goal(goal, "not measured", f"needs the {runs} runs", table)
+
+
+def verdict(met: bool) -> str:
+    return "pass" if met else "FAIL"
+
+
+def describe(row: Row) -> str:
+    return f"{TABLES[row.table]} {row.run} compile={row.compile}"
+
+
+def print_header(header: dict, no_peak_reason: str) -> None:
+    versions = f"torch {header['torch']}; lightning {header['lightning']}"
+    print(f"device: {header['device']}; {versions}")
+    print(f"command: {header['command']}")
+    print(f"precision: {header['precision']} (every run; nanoGPT in the same dtype)")
+    if header["peak_flops"] is None:
+        print(f"peak: none, so MFU is shown as -: {no_peak_reason}")
+    else:
+        print(f"peak: {header['peak_flops'] / 1e12:.4g} TFLOP/s ({header['peak_flops_source']})")
+
+
+def print_table(table: str, shape: Shape, steps: int, vocab_size: int, rows: list[Row]) -> None:
+    print(
+        f"\n{TABLES[table]}, {shape.n_layers} layers, {shape.n_heads} heads, d {shape.d_model}, "
+        f"block {shape.block_size}, batch {shape.batch_size}, vocabulary {vocab_size}, "
+        f"{steps} steps\n"
+    )
+    print("| run | compile | precision | ms/step | vs nanoGPT | MFU | val loss |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for row in (r for r in rows if r.table == table):
+        ratio = vs_nanogpt(row, rows)
         print(
-            f"| {row.run} | {'yes' if row.compiled else 'no'} | {row.precision} | "
-            f"{row.ms_per_step:.1f} | {mfu(shape, row.ms_per_step, fpt, peak_flops):.1%} | "
-            f"{row.val_loss:.4f} |"
+            f"| {row.run} | {row.compile} | {row.precision} | {row.ms_per_step:.2f} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
+            f"{'-' if row.mfu is None else f'{row.mfu:.1%}'} | "
+            f"{'-' if row.val_loss is None else f'{row.val_loss:.4f}'} |"
         )
-    if gpt2_row is None:
-        return
-    gpt2 = TINY_GPT2 if args.tiny else GPT2_SMALL
-    fpt = flops_per_token(gpt2, vocab_size)
-    print(
-        f"\nGPT-2-small-shaped, {gpt2.n_layers} layers, d {gpt2.d_model}, block "
-        f"{gpt2.block_size}, batch {gpt2.batch_size}, vocabulary {vocab_size}\n"
-    )
-    print("| run | precision | ms/step | MFU |\n|---|---|---:|---:|")
-    print(
-        f"| xfmr-train | {gpt2_row.precision} | {gpt2_row.ms_per_step:.1f} | "
-        f"{mfu(gpt2, gpt2_row.ms_per_step, fpt, peak_flops):.1%} |"
-    )
+    print()
+    for row in (r for r in rows if r.table == table and r.note):
+        print(f"note: {describe(row)} ran a step eagerly: {row.note}")
+    for goal in (g for g in goals(rows) if g.table == table):
+        print(f"goal: {goal.goal}: {goal.verdict} ({goal.detail})")
 
 
-def gpt2_precision(device: str) -> str:
-    """bf16-mixed on the GPU; on a CPU auto's float32, as a CPU without AMX or AVX512-BF16
-    emulates bf16 matmuls some hundred times slower (the CPU path checks the script only)."""
-    return "bf16-mixed" if device == "cuda" else "32-true"
-
-
-def profile_gpt2(args, data: Path, out: Path) -> None:
-    """A few steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's own process
-    (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they are
-    recorded), its tables printed here."""
-    gpt2 = TINY_GPT2 if args.tiny else GPT2_SMALL
+def profile_gpt2(args, setup: Setup) -> None:
+    """A few eager steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's own
+    process (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they
+    are recorded), its tables printed here."""
     steps = SETTLE_STEPS + args.profile_steps + 2
-    run_dir = out / "xfmr-gpt2-profile"
+    run_dir = setup.out / "xfmr-gpt2-profile"
     shutil.rmtree(run_dir, ignore_errors=True)
-    precision = gpt2_precision(args.device)
     command = [
-        *xfmr_command(gpt2, data, steps, args.device, run_dir),
-        f"trainer.precision={precision}",
+        *xfmr_command(gpt2_shape(args), setup, steps, run_dir),
+        "callbacks.model_checkpoint=null",
         "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",
         f"+callbacks.profile.steps={args.profile_steps}",
     ]
-    env = {**os.environ, "XFMR_CACHE_DIR": str(out / "cache")}
-    result = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    print(f"\ntorch.profiler, GPT-2-small-shaped, {precision}: {printed_profile(result.stdout)}")
+    env = {**os.environ, "XFMR_CACHE_DIR": str(setup.out / "cache")}
+    output = run_quietly(command, env=env)
+    print(f"\ntorch.profiler, GPT-2-small-shaped, {setup.precision}: {printed_profile(output)}")
 
 
 def printed_profile(stdout: str) -> str:
@@ -261,20 +452,22 @@ def printed_profile(stdout: str) -> str:
     return "\n".join(lines[start:end]).rstrip()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's directory")
     parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpu_shakespeare"))
+    parser.add_argument("--out-json", type=Path, help="every row and goal, written as measured")
     parser.add_argument("--steps", type=int, default=5000, help="for every run (nanoGPT: 5000)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--tiny", action="store_true", help="2 layers, d 64: a quick check")
-    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    eager_only = "eager rows only: no compile=true, no reduce-overhead"
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help=eager_only)
     parser.add_argument("--gpt2-batch", type=int, default=GPT2_SMALL.batch_size)
     parser.add_argument("--gpt2-steps", type=int, default=30)
     parser.add_argument("--no-gpt2", dest="gpt2", action="store_false")
     parser.add_argument("--profile-steps", type=int, default=5)
-    parser.add_argument("--peak-tflops", type=float, help="instead of measuring the peak")
+    parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
     args = parser.parse_args()
     if not args.data.is_file():
         sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
@@ -283,25 +476,62 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA GPU here; --device cpu runs the same path on the CPU")
     if min(args.steps, args.gpt2_steps) <= SETTLE_STEPS + 1:
-        sys.exit(f"--steps and --gpt2-steps: give more than {SETTLE_STEPS + 1} (6..N are timed)")
-    GPT2_SMALL.batch_size = args.gpt2_batch
-    out = args.out.resolve()
+        sys.exit(f"--steps and --gpt2-steps: give more than {SETTLE_STEPS + 1} (5..N are timed)")
+    return args
+
+
+def header(args, device: torch.device, precision: str, peak: Peak | None) -> dict:
+    return {
+        "command": shlex.join(["python", *sys.argv]),
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "precision": precision,
+        "peak_flops": peak.flops if peak else None,
+        "peak_flops_source": peak.source if peak else None,
+        "steps": args.steps,
+        "gpt2_steps": args.gpt2_steps,
+        "tables": {
+            "shakespeare": shape_record(TINY_SHAKESPEARE if args.tiny else SHAKESPEARE),
+            "gpt2": shape_record(gpt2_shape(args)),
+        },
+    }
+
+
+def shape_record(shape: Shape) -> dict:
+    names = ("n_layers", "n_heads", "d_model", "block_size", "batch_size")
+    return {name: getattr(shape, name) for name in names}
+
+
+def no_peak_reason(device: torch.device, precision: str) -> str:
+    dtype = str(precision_dtype(precision)).removeprefix("torch.")
+    return (
+        f"Lightning's get_available_flops has no dense {dtype} figure for "
+        f"{device_name(device)}; --peak-tflops gives one"
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    out, data = args.out.resolve(), args.data.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    data = args.data.resolve()
+    device = torch.device(args.device)
+    precision = device_precision("gpu" if args.device == "cuda" else "cpu")  # auto's choice
+    peak = resolve_peak(device, precision, given_tflops=args.peak_tflops, cache_dir=out / "cache")
+    report = Report(header(args, device, precision, peak), args.out_json)
+    print_header(report.header, no_peak_reason(device, precision))
+    vocab_size = len(set(data.read_text(encoding="utf-8")))
     with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
         copy = prepare_nanogpt(args.nanogpt.resolve(), data, Path(work))
-        rows = shakespeare_rows(args, copy, data, out)
-    gpt2_row = None
+        setup = Setup(args.device, precision, data, out, copy, vocab_size, peak, args.peak_tflops)
+        shakespeare_rows(args, setup, report)
+        if args.gpt2:
+            gpt2_rows(args, setup, report)
+    shakespeare = TINY_SHAKESPEARE if args.tiny else SHAKESPEARE
+    print_table("shakespeare", shakespeare, args.steps, vocab_size, report.rows)
     if args.gpt2:
-        gpt2 = TINY_GPT2 if args.tiny else GPT2_SMALL
-        gpt2_row, _ = run_xfmr(
-            "gpt2", gpt2, data, out, args.gpt2_steps, args.device, compile=False,
-            extra=[f"trainer.precision={gpt2_precision(args.device)}"],
-        )  # fmt: skip
-    vocab_size = len(set(data.read_text(encoding="utf-8")))
-    print_tables(args, rows, gpt2_row, vocab_size, *peak(args.device, out, args.peak_tflops))
-    if args.gpt2:
-        profile_gpt2(args, data, out)
+        print_table("gpt2", gpt2_shape(args), args.gpt2_steps, vocab_size, report.rows)
+        profile_gpt2(args, setup)
 
 
 if __name__ == "__main__":
