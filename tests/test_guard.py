@@ -21,8 +21,8 @@ def _model_with_grads(seed: int = 0) -> nn.Module:
 
 
 def _verdict(guard: NonFiniteGuard, step: int, loss: float, model: nn.Module) -> float:
-    names, _, norms = gradient_norms(list(model.named_parameters()))
-    return float(guard.verdict(step, torch.tensor(loss), names, norms))
+    norms = gradient_norms(list(model.named_parameters()))
+    return float(guard.verdict(step, torch.tensor(loss), norms))
 
 
 def test_good_steps_leave_nothing_to_settle() -> None:
@@ -51,15 +51,18 @@ def test_bad_steps_are_read_when_settled_and_the_one_past_max_skips_stops(caplog
     assert "skipped before: steps [1] (nonfinite.max_skips=1)" in message
 
 
-def test_more_bad_steps_than_the_record_holds_still_stop_at_the_first_past_max_skips() -> None:
+def test_a_window_longer_than_its_slots_grows_and_stops_at_the_first_past_max_skips() -> None:
     guard = NonFiniteGuard(max_skips=2)
     model = _model_with_grads()
-    for step in range(10):  # every one bad, none read until the end
+    for step in range(100):  # 64 slots at first
+        assert _verdict(guard, step, 2.0, model) == 0.0
+    for step in range(100, 110):  # every one bad, none read until the end
         assert _verdict(guard, step, math.inf, model) == 1.0
     with pytest.raises(RunFailed) as stopped:
         guard.settle()
-    assert "the loss is inf at step 2" in str(stopped.value)
-    assert guard.skipped == [0, 1]
+    assert "the loss is inf at step 102" in str(stopped.value)
+    assert "the last finite loss was 2 at step 99" in str(stopped.value)
+    assert guard.skipped == [100, 101]
 
 
 def test_clipping_by_the_guard_s_norms_is_clip_grad_norm_bit_for_bit() -> None:
@@ -68,8 +71,8 @@ def test_clipping_by_the_guard_s_norms_is_clip_grad_norm_bit_for_bit() -> None:
         param.grad.mul_(10.0)  # well past the clipping norm
     for param in theirs.parameters():
         param.grad.mul_(10.0)
-    _, params, norms = gradient_norms(list(ours.named_parameters()))
-    torch.nn.utils.clip_grads_with_norm_(params, 1.0, torch.linalg.vector_norm(norms, 2.0))
+    norms = gradient_norms(list(ours.named_parameters()))
+    torch.nn.utils.clip_grads_with_norm_(norms.params, 1.0, norms.total)
     torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)

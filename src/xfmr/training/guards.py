@@ -7,6 +7,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -24,16 +25,16 @@ class NonFiniteGuard:
 
     Nothing of this reads the device on a plain step:
 
-    - `verdict` reduces the step's loss and every gradient's norm to one flag on the device,
-      and writes the step, its loss, each gradient's norm and the last finite loss into a
-      small record beside it. The norms are those gradient clipping scales by
-      (`gradient_norms`), computed once for both.
+    - `verdict` reduces the step's loss and its gradients' total norm (the norm clipping
+      scales by, `gradient_norms`, computed once for both) to one flag on the device, and
+      writes the flag, the loss and each gradient's norm into the window's row for the step
+      (`StepWindow`): five small kernels, no read.
     - The flag reaches the update on the device too: a fused optimizer takes it as its
       `found_inf`, the tensor torch's GradScaler gives it to skip an fp16 step, and where it is
       set the fused kernel leaves the weights, the moments and the step count as they were
       (fp16's own scaler skips a step whose gradients are not finite, as a non-finite loss
       makes them). `XfmrModule.optimizer_step` hands it over.
-    - `settle` reads the record where reading costs no step: at logging steps, before a
+    - `settle` reads the window where reading costs no step: at logging steps, before a
       checkpoint is written, before validation and when training ends. Each bad step found
       there is logged and counted against `max_skips`, or stops the run naming the step, what
       was not finite and the last finite loss; the caller winds the schedule back by the steps
@@ -49,87 +50,50 @@ class NonFiniteGuard:
     def __init__(self, max_skips: int = 0) -> None:
         self.max_skips = max_skips
         self.skipped: list[int] = []
-        self._record: torch.Tensor | None = None  # rows: step, loss, last finite, |g| each
-        self._pending: torch.Tensor | None = None  # bad steps written since the last settle
-        self._last_finite: torch.Tensor | None = None  # (step, loss) of the last step that passed
-        self._names: tuple[str, ...] = ()  # the parameters behind the record's |g| columns
+        self.last_finite: tuple[int, float] | None = None  # (step, loss) of the last good step
+        self._window: StepWindow | None = None
+        self._found_before: list[int] = []
 
     def verdict(
         self,
         step: int,
         loss: torch.Tensor | None,
-        names: tuple[str, ...],
-        norms: torch.Tensor | None,
+        norms: GradientNorms | None,
         agree: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """A flag on the device, 1.0 where this step must not be taken (its loss or a gradient
-        is not finite here, or on another rank), else 0.0; recorded for `settle`.
+        is not finite here, or on another rank), else 0.0; written to the window for `settle`.
 
-        `norms`: the 2-norm of each gradient to check (`gradient_norms`; none under fp16's loss
-        scaler, which checks them itself), named by `names`. A norm is finite exactly when its
-        gradient is, but for one whose norm overflows, which clipping could not scale either.
-        `agree` sums a flag over the ranks."""
+        `norms`: the gradients to check (none under fp16's loss scaler, which checks them
+        itself). Their total norm is finite exactly when every gradient is, but for one that
+        overflows, which clipping could not scale either. `agree` sums a flag over the ranks."""
         if loss is None and norms is None:
             return torch.zeros(())
-        device = loss.device if loss is not None else norms.device
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-        loss_value = (
-            loss.detach().reshape(1).to(dtype)
-            if loss is not None
-            else torch.zeros(1, dtype=dtype, device=device)
-        )
-        norms = norms.to(dtype) if norms is not None else loss_value.new_zeros(0)
-        bad = (~torch.cat([loss_value, norms]).isfinite().all()).to(torch.float32)
+        parts = [t for t in (loss, norms.total if norms else None) if t is not None]
+        value = parts[0].detach().float() if len(parts) == 1 else parts[0].detach() + parts[1]
+        bad = (~torch.isfinite(value)).float()  # float32: what a fused optimizer's found_inf is
         if agree is not None:
-            bad = (agree(bad) > 0).to(torch.float32)
-        self._write(step, loss_value, norms, bad, names if norms.numel() else ())
+            bad = (agree(bad) > 0).float()
+        if self._window is not None and not self._window.takes(step, norms):
+            # What the window holds is read before it goes (never so on plain steps); the
+            # next settle reports what this one found.
+            self._found_before += self.settle()
+        if self._window is None or not self._window.takes(step, norms):
+            self._window = StepWindow(value, norms)
+        self._window.write(step, loss, norms, bad)
         return bad
 
-    def _write(
-        self,
-        step: int,
-        loss: torch.Tensor,
-        largest: torch.Tensor,
-        bad: torch.Tensor,
-        names: tuple[str, ...],
-    ) -> None:
-        """Row `pending` of the record gets this step (a good step's row is overwritten by the
-        next step's, as `pending` moves on only past a bad one)."""
-        width = 4 + len(names)
-        if self._record is None or self._record.shape[1] != width or names != self._names:
-            self._allocate(width, loss)
-            self._names = names
-        step_loss = torch.cat([torch.full_like(loss, step), loss])
-        row = torch.cat([step_loss, self._last_finite, largest])
-        slot = self._pending.clamp(max=self._record.shape[0] - 1).reshape(1)
-        self._record.index_copy_(0, slot, row.reshape(1, -1))
-        self._pending += bad.to(torch.int64)
-        self._last_finite = torch.where(bad.bool(), self._last_finite, step_loss)
-
-    def _allocate(self, width: int, like: torch.Tensor) -> None:
-        if self._pending is not None and self._record is not None:
-            self.settle()  # what the old record holds is read before it goes
-        rows = self.max_skips + 2  # enough to name the step past max_skips; the last is scratch
-        self._record = like.new_zeros(rows, width)
-        self._pending = torch.zeros((), dtype=torch.int64, device=like.device)
-        if self._last_finite is None or self._last_finite.device != like.device:
-            self._last_finite = torch.tensor([-1.0, math.nan], dtype=like.dtype, device=like.device)
-
     def settle(self) -> list[int]:
-        """Read the record (one read of the device): the steps found bad since the last
+        """Read the window (one read of the device): the steps found bad since the last
         settle, each logged as skipped; RunFailed for the one past `max_skips`."""
-        if self._pending is None or self._record is None:
-            return []
-        pending = int(self._pending)
-        if not pending:
-            return []
-        rows = self._record[: min(pending, self._record.shape[0] - 1)].tolist()
-        self._pending.zero_()
-        found = []
-        for row in rows:
-            step, problem = int(row[0]), describe_row(row, self._names)
+        window, self._window = self._window, None
+        found, self._found_before = self._found_before, []
+        for step, loss, problem in window.read() if window is not None else ():
+            if problem is None:
+                self.last_finite = (step, loss)
+                continue
             if len(self.skipped) >= self.max_skips:
-                raise RunFailed(self.failure(problem, last_finite=(row[2], row[3])))
+                raise RunFailed(self.failure(problem))
             self.skipped.append(step)
             found.append(step)
             log.warning(
@@ -139,13 +103,14 @@ class NonFiniteGuard:
                 len(self.skipped),
                 self.max_skips,
             )
+        if window is not None:  # the next window goes on in the same buffers
+            self._window = window.emptied()
         return found
 
-    def failure(self, problem: str, *, last_finite: tuple[float, float]) -> str:
-        step, loss = last_finite
+    def failure(self, problem: str) -> str:
         last = (
-            f"the last finite loss was {loss:.4g} at step {int(step)}"
-            if step >= 0
+            f"the last finite loss was {self.last_finite[1]:.4g} at step {self.last_finite[0]}"
+            if self.last_finite
             else "no step had a finite loss"
         )
         if self.max_skips:
@@ -157,9 +122,81 @@ class NonFiniteGuard:
         )
 
 
-def describe_row(row: list[float], names: tuple[str, ...]) -> str:
-    """What was not finite at a recorded step: the loss, or the first parameter's gradient."""
-    step, loss, norms = int(row[0]), row[1], row[4:]
+@dataclass
+class GradientNorms:
+    """The gradients of one step and their 2-norms, computed once (`gradient_norms`) for the
+    guard, which reads their total and, at a bad step, each; and for clipping, which scales by
+    the total as `torch.nn.utils.clip_grad_norm_` computes it."""
+
+    names: tuple[str, ...]
+    params: list[torch.nn.Parameter]
+    each: torch.Tensor  # (P,)
+    total: torch.Tensor  # ()
+
+
+def gradient_norms(params: list[tuple[str, torch.nn.Parameter]]) -> GradientNorms | None:
+    """The norms of the gradients `params` have (one foreach kernel); None if none has one."""
+    named = [(name, p) for name, p in params if p.grad is not None]
+    if not named:
+        return None
+    each = torch.stack(torch._foreach_norm([p.grad for _, p in named], 2.0))
+    total = torch.linalg.vector_norm(each, 2.0)
+    return GradientNorms(tuple(n for n, _ in named), [p for _, p in named], each, total)
+
+
+class StepWindow:
+    """The verdicts of consecutive steps since the last settle, on the device: a row per step
+    (slot `step - first`) of its flag, its loss and each gradient's norm, written by one
+    kernel. Grows on the device where a window outlasts its slots."""
+
+    def __init__(self, like: torch.Tensor, norms: GradientNorms | None) -> None:
+        self.first: int | None = None
+        self.used = 0
+        self.names = norms.names if norms is not None else ()
+        self.rows = torch.zeros(64, 2 + len(self.names), device=like.device)  # float32
+
+    def takes(self, step: int, norms: GradientNorms | None) -> bool:
+        """Whether `step` is the window's next and its gradients those it keeps norms of."""
+        names = norms.names if norms is not None else ()
+        return names == self.names and (self.first is None or step == self.first + self.used)
+
+    def write(
+        self,
+        step: int,
+        loss: torch.Tensor | None,
+        norms: GradientNorms | None,
+        bad: torch.Tensor,
+    ) -> None:
+        self.first = step if self.first is None else self.first
+        slot = step - self.first
+        if slot >= len(self.rows):
+            self.rows = torch.cat([self.rows, torch.zeros_like(self.rows)])
+        parts = [bad.reshape(1), (loss.detach() if loss is not None else bad).reshape(1).float()]
+        torch.cat(
+            [*parts, *([norms.each.float()] if norms is not None else [])], out=self.rows[slot]
+        )
+        self.used = slot + 1
+
+    def read(self) -> list[tuple[int, float, str | None]]:
+        """(step, loss, what was not finite or None) of each step written: one read."""
+        if not self.used:
+            return []
+        found = []
+        for slot, (flag, loss, *norms) in enumerate(self.rows[: self.used].tolist()):
+            step = self.first + slot
+            found.append((step, loss, describe(step, loss, self.names, norms) if flag else None))
+        return found
+
+    def emptied(self) -> StepWindow:
+        """This window's buffers, for the steps after the ones read."""
+        self.first = None if self.first is None else self.first + self.used
+        self.used = 0
+        return self
+
+
+def describe(step: int, loss: float, names: tuple[str, ...], norms: list[float]) -> str:
+    """What was not finite at a bad step: the loss, else the first parameter whose gradient's
+    norm was not."""
     if not math.isfinite(loss):
         return f"the loss is {loss} at step {step}"
     for name, value in zip(names, norms, strict=False):
@@ -250,19 +287,6 @@ def connect(settings: dict[str, Any]) -> Any:
         study._study_id, int(settings["number"])
     )
     return optuna.trial.Trial(study, trial_id)
-
-
-def gradient_norms(
-    params: list[tuple[str, torch.nn.Parameter]],
-) -> tuple[tuple[str, ...], list[torch.nn.Parameter], torch.Tensor | None]:
-    """The parameters that have gradients, their names, and each gradient's 2-norm stacked
-    (one foreach kernel): the guard reads them for finiteness, and clipping scales by their
-    total, as `torch.nn.utils.clip_grad_norm_` computes it."""
-    named = [(name, p) for name, p in params if p.grad is not None]
-    if not named:
-        return (), [], None
-    norms = torch.stack(torch._foreach_norm([p.grad for _, p in named], 2.0))
-    return tuple(name for name, _ in named), [p for _, p in named], norms
 
 
 def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
