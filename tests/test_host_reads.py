@@ -25,8 +25,9 @@ LOGGING_STEPS = {10, 20, 25}  # every 10th, and the last
 
 
 class CountReads(L.Callback):
-    """Counts reads of tensors back to Python, and calls of `log`, per optimizer step of
-    training (validation left out), with whether the step is a logging step."""
+    """Counts reads of tensors back to Python, and what is logged (`LightningModule.log`, the
+    logger's `log_metrics`), per optimizer step of training (validation left out), with
+    whether the step is a logging step."""
 
     def __init__(self) -> None:
         self.reads: Counter[int] = Counter()
@@ -38,7 +39,7 @@ class CountReads(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.trainer is None:
             self.trainer = trainer
-            self._wrap(pl_module)
+            self._wrap(pl_module, type(trainer.loggers[0]))
         self._step()  # every step is listed, read or not
 
     def _step(self) -> int | None:
@@ -49,14 +50,15 @@ class CountReads(L.Callback):
         self.logging[step] = is_logging_step(trainer)
         return step
 
-    def _wrap(self, pl_module) -> None:
+    def _wrap(self, pl_module, logger: type) -> None:
         for name in READS:
             original = getattr(torch.Tensor, name)
             self._saved[name] = original
             setattr(torch.Tensor, name, self._counting(original, self.reads))
-        log = type(pl_module).log
-        self._saved["log"] = log
-        type(pl_module).log = self._counting(log, self.logs)
+        self._logging = [(type(pl_module), "log"), (logger, "log_metrics")]
+        for owner, name in self._logging:  # logged through the module, or to the logger
+            self._saved[name] = getattr(owner, name)
+            setattr(owner, name, self._counting(self._saved[name], self.logs))
 
     def _counting(self, original, counter: Counter[int]):
         def counted(*args, **kwargs):
@@ -69,8 +71,8 @@ class CountReads(L.Callback):
         return counted
 
     def on_train_end(self, trainer, pl_module) -> None:
-        log = self._saved.pop("log")
-        type(pl_module).log = log
+        for owner, name in self._logging:
+            setattr(owner, name, self._saved.pop(name))
         for name, original in self._saved.items():
             setattr(torch.Tensor, name, original)
         self.trainer = None

@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
-from xfmr.training.cadence import is_logging_step, synchronize
+from xfmr.training.cadence import is_logging_step, log_at_step, synchronize
 from xfmr.training.throughput import Peak, TrainingFlops, mfu, resolve_peak
 
 
@@ -41,8 +41,9 @@ class RunSummary(L.Callback):
     device is synchronised: a window's time over its steps is what a step costs, the device's
     work included, however far the host ran ahead of it. The first step after training starts
     or a validation ends opens a window rather than being timed (it pays for compiling, the
-    loader's start, a validation's tail); a validation closes one. tok/s and mfu are logged at
-    each window's end, as Python numbers read nowhere else.
+    loader's start, a validation's tail); a validation closes one. At each window's end, the
+    step's training loss (read back there), tok/s and mfu are logged (`log_at_step`) and kept
+    in `shown` for the progress bar.
 
     Args:
         monitor, mode: the validation metric that decides the best entry, and its direction.
@@ -90,13 +91,18 @@ class RunSummary(L.Callback):
             return
         self._window_steps += 1
         self._window_tokens += tokens
-        if is_logging_step(trainer):
-            if self._flops is not None:
-                self.flops_per_token = self._flops.per_batch_token(batch)
-            self._close_window(pl_module, log=True)
+        if not is_logging_step(trainer):
+            return
+        if self._flops is not None:
+            self.flops_per_token = self._flops.per_batch_token(batch)
+        self._close_window(pl_module)
+        loss = outputs.get("loss") if isinstance(outputs, dict) else None
+        if loss is not None:  # Lightning's copy, divided over accumulated batches
+            self.shown["train/loss"] = float(loss) * trainer.accumulate_grad_batches
+        log_at_step(trainer, self.shown)
 
-    def _close_window(self, pl_module: L.LightningModule, *, log: bool) -> None:
-        """Wait for the device, time the window's steps and (at a logging step) log them."""
+    def _close_window(self, pl_module: L.LightningModule) -> None:
+        """Wait for the device and time the window's steps: `shown` gets tok/s and mfu."""
         if self._window_start is None or not self._window_steps:
             return
         synchronize(pl_module.device)
@@ -108,8 +114,6 @@ class RunSummary(L.Callback):
         utilisation = self.mfu(tokens_per_s, pl_module.trainer.world_size)
         if utilisation is not None:
             self.shown["mfu"] = utilisation
-        if log and self.shown:
-            pl_module.log_dict(self.shown, on_step=True, on_epoch=False, rank_zero_only=True)
         self._window_start, self._window_steps, self._window_tokens = now, 0, 0
 
     @property
@@ -121,7 +125,7 @@ class RunSummary(L.Callback):
         return mfu(tokens_per_s, self.flops_per_token, self.peak_flops, world_size=world_size)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._close_window(pl_module, log=False)
+        self._close_window(pl_module)
         self._window_start = None
         if self._segment_start is not None:
             self._train_seconds += time.perf_counter() - self._segment_start
@@ -141,7 +145,7 @@ class RunSummary(L.Callback):
         self._segment_start = time.perf_counter()  # measuring the peak is no training
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._close_window(pl_module, log=False)
+        self._close_window(pl_module)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -253,18 +257,17 @@ REDRAW_SECONDS = 0.25
 
 
 def training_figures(trainer: L.Trainer) -> dict[str, str]:
-    """What a progress bar shows of training, read at a logging step (the only reads of the
-    device it makes): the loss logged there, and the last window's tokens/s and MFU (as a
-    percentage) from the run's RunSummary."""
-    shown = {}
-    loss = trainer.callback_metrics.get("train/loss")
-    if loss is not None:
-        shown["train/loss"] = f"{float(loss):.4g}"
+    """What a progress bar shows of training, as the run's RunSummary read it at the last
+    logging step: the loss, tokens/s and MFU as a percentage."""
     summary = next((c for c in trainer.callbacks if isinstance(c, RunSummary)), None)
-    if summary is not None and "tok/s" in summary.shown:
-        shown["tok/s"] = _thousands(summary.shown["tok/s"])
-    if summary is not None and "mfu" in summary.shown:
-        shown["mfu"] = f"{summary.shown['mfu']:.1%}"
+    figures = summary.shown if summary is not None else {}
+    shown = {}
+    if "train/loss" in figures:
+        shown["train/loss"] = f"{figures['train/loss']:.4g}"
+    if "tok/s" in figures:
+        shown["tok/s"] = _thousands(figures["tok/s"])
+    if "mfu" in figures:
+        shown["mfu"] = f"{figures['mfu']:.1%}"
     return shown
 
 

@@ -19,6 +19,7 @@ from xfmr.objectives.contract import Objective
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
 from xfmr.training.guards import (
+    GradientNorms,
     NonFiniteGuard,
     gradient_norms,
     skipped_where,
@@ -71,7 +72,7 @@ class XfmrModule(L.LightningModule):
         self._last_step_taken = True
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
-        self._clip_by: tuple[list[nn.Parameter], torch.Tensor] | None = None
+        self._clip_by: GradientNorms | None = None
         self.val_loss = MeanMetric()
         self.val_metrics = nn.ModuleDict(objective.metrics())
 
@@ -82,9 +83,7 @@ class XfmrModule(L.LightningModule):
         if self.compile_mode == "reduce-overhead":  # the last step's graph outputs are free
             torch.compiler.cudagraph_mark_step_begin()
         loss, _ = self.training_loss(self.model, batch)
-        if is_logging_step(self.trainer):  # logged, and so read back, at logging steps only
-            self.log("train/loss", loss)
-        return loss
+        return loss  # RunSummary logs it at logging steps (xfmr.training.cadence)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self.objective.forward(self.model, batch)
@@ -135,13 +134,12 @@ class XfmrModule(L.LightningModule):
         loss = None if result is None else result * self.trainer.accumulate_grad_batches
         # fp16's loss scaler finds inf gradients itself and skips those steps; otherwise the
         # gradients' norms serve the guard and clipping both.
-        names, params, norms = gradient_norms([] if self._loss_scaled() else self._guarded)
-        self._clip_by = (params, norms) if norms is not None else None
+        norms = gradient_norms([] if self._loss_scaled() else self._guarded)
+        self._clip_by = norms
         reduce = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
         bad = guard.verdict(
             self.trainer.global_step,
             loss,
-            names,
             norms,
             agree=(lambda flag: reduce(flag, reduce_op="sum")) if reduce else None,
         )
@@ -209,11 +207,9 @@ class XfmrModule(L.LightningModule):
             return
         algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
         if measured is not None and gradient_clip_val and algorithm == GradClipAlgorithmType.NORM:
-            # The guard's norms, summed as clip_grad_norm_ sums them: one pass over the
+            # The guard's norms, their total as clip_grad_norm_ takes it: one pass over the
             # gradients for both.
-            params, norms = measured
-            total = torch.linalg.vector_norm(norms, 2.0)
-            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, total)
+            torch.nn.utils.clip_grads_with_norm_(measured.params, gradient_clip_val, measured.total)
             return
         # Without a scaler nothing is unscaled, so a fused optimizer's gradients are clipped as
         # in full precision. Lightning's mixed-precision plugin refuses any fused optimizer,
