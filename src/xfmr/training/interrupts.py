@@ -15,13 +15,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from xfmr.training.cadence import is_logging_step
+from xfmr.training.checkpoint_saving import StateKeyOnce
 
 log = logging.getLogger("xfmr")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class PeriodicCheckpoint(ModelCheckpoint):
+class PeriodicCheckpoint(StateKeyOnce, ModelCheckpoint):
     """Lightning's ModelCheckpoint, every `every_n_train_steps` optimizer steps or every
     `every_minutes` minutes of training (one of the two), keeping the newest `save_top_k`.
 
