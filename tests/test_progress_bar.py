@@ -31,7 +31,12 @@ class RecordedBar(StepProgressBar):
         super().__init__(**kwargs)
         self.at_epoch_start: list[dict] = []
         self.at_train_end: dict = {}
+        self.figures: dict[int, dict] = {}  # what it shows of training, after each step
         RecordedBar.last = self
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.figures[trainer.global_step] = dict(self._figures)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         super().on_train_epoch_start(trainer, pl_module)
@@ -88,3 +93,18 @@ def test_without_max_steps_the_bar_counts_batches_per_epoch(tmp_path: Path) -> N
         ("Epoch 1/1", 3, 0),
     ]
     assert bar.at_train_end["train"] == ("Epoch 1/1", 3, 3)
+
+
+def test_the_bar_shows_loss_tokens_per_second_and_mfu_read_at_logging_steps(tmp_path: Path) -> None:
+    results, bar = _train_with_bar(
+        tmp_path,
+        ["trainer.max_steps=12", "trainer.log_every_n_steps=5", "callbacks.text_sample=null"],
+    )
+    changed = [s for s in sorted(bar.figures) if bar.figures[s] != bar.figures.get(s - 1, {})]
+    assert changed == [5, 10, 12]  # read at logging steps (and the last), not in between
+    shown = bar.figures[12]
+    assert set(shown) == {"train/loss", "tok/s", "mfu"}, shown
+    assert float(shown["train/loss"]) == pytest.approx(results["metrics"]["train/loss"], rel=1e-3)
+    assert shown["mfu"].endswith("%") and 0 < float(shown["mfu"][:-1]) < 100, shown
+    metrics = bar.get_metrics(bar._trainer, None)
+    assert {"train/loss", "tok/s", "mfu", "val/loss"} <= set(metrics), metrics
