@@ -317,7 +317,9 @@ def print_header(args: argparse.Namespace, measured: dict[str, list[dict[str, An
     steps = args.steps - args.warmup
     print("# Host work per training step: xfmr-train against a plain PyTorch loop\n")
     print(f"    {shlex.join(['python', *sys.argv])}\n")
-    print(f"- machine: {cpu_name()}, {os.cpu_count()} cores (load average "
+    from xfmr.training.throughput import cpu_model
+
+    print(f"- machine: {cpu_model()}, {os.cpu_count()} cores (load average "
           f"{args.load_before:.2f} before the runs, {os.getloadavg()[0]:.2f} after); torch "
           f"{version('torch')}, lightning {version('lightning')}, Python "
           f"{platform.python_version()}; torch threads in the runs: "
@@ -327,16 +329,6 @@ def print_header(args: argparse.Namespace, measured: dict[str, list[dict[str, An
           f"steps {args.warmup + 1}..{args.steps} timed ({steps}); each figure the median of "
           f"{args.rounds} round(s); xfmr-train's output to "
           f"{'a pseudo-terminal' if args.tty else 'a file'}\n")  # fmt: skip
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def print_table(measured: dict[str, list[dict[str, Any]]], warmup: int) -> None:
