@@ -72,7 +72,7 @@ def test_choice_and_filtered_glob_run_one_job_per_choice(tmp_path: Path, corpus:
         [*ONE_STEP, *_data(corpus), "pos=choice(learned,rotary)", "arch=glob(*coder,exclude=enc*)"],
         tmp_path,
     )
-    assert [(c.pos.name, c.model.arch) for c in configs] == [
+    assert [(c.model.pos.name, c.model.arch) for c in configs] == [
         ("learned", "decoder"),
         ("rotary", "decoder"),
     ]
@@ -82,7 +82,7 @@ def test_glob_star_runs_every_positional_scheme(tmp_path: Path, corpus: Path) ->
     # Hydra's own sweeper and launcher run the jobs in this one process: torch loads once.
     in_process = ["hydra/sweeper=basic", "hydra/launcher=basic"]
     configs = _sweep([*in_process, *ONE_STEP, *_data(corpus), "pos=glob(*)"], tmp_path)
-    assert [c.pos.name for c in configs] == POSITIONS
+    assert [c.model.pos.name for c in configs] == POSITIONS
     assert len(POSITIONS) >= 6
 
 

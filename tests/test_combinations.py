@@ -137,7 +137,7 @@ def test_valid_combination_passes_the_check(
 ) -> None:
     cfg = _compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"])
     check_config(cfg)
-    assert (cfg.model.arch, cfg.pos.name) == (arch, pos), "the composed choices are checked"
+    assert (cfg.model.arch, cfg.model.pos.name) == (arch, pos), "the composed choices are checked"
 
 
 @pytest.mark.parametrize(("arch", "pos", "objective"), TRAINED)

@@ -276,7 +276,7 @@ def test_config_checks_take_the_kind_from_data_kind_without_importing_datasets(
     with pytest.raises(UserError, match=r"data.kind='rows' is not valid"):
         check_config(compose_config(tmp_path, [*base, "data.kind=rows"]))
     # kind=text under learned positions as short as its blocks: pairs' max_length is not in play
-    text = ["data=hf", "data.path=json", "pos=learned", "pos.max_positions=16"]
+    text = ["data=hf", "data.path=json", "pos=learned", "model.pos.max_positions=16"]
     check_config(compose_config(tmp_path, [*text, "data.block_size=16"]))
 
 

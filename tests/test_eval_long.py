@@ -110,7 +110,7 @@ def scheme_run(request, tmp_path_factory) -> tuple[str, Path]:
     """A causal LM trained on blocks of 16 with each extending scheme; the sinusoid table holds
     16 rows, so that evaluating longer must grow it."""
     pos = request.param
-    table = [f"pos.max_positions={TRAINED}"] if pos == "sinusoidal" else []
+    table = [f"model.pos.max_positions={TRAINED}"] if pos == "sinusoidal" else []
     return pos, _train(tmp_path_factory.mktemp(pos), [f"pos={pos}", *table])
 
 
@@ -197,7 +197,7 @@ def test_the_first_positions_are_scored_as_the_model_at_the_trained_length_score
 @pytest.fixture(scope="module")
 def learned_run(tmp_path_factory) -> Path:
     """Learned positions, a table of 32 rows, trained on blocks of 16."""
-    return _train(tmp_path_factory.mktemp("learned"), ["pos=learned", "pos.max_positions=32"])
+    return _train(tmp_path_factory.mktemp("learned"), ["pos=learned", "model.pos.max_positions=32"])
 
 
 def test_learned_positions_past_their_table_are_refused_in_one_line(

@@ -46,7 +46,7 @@ def test_the_lstm_page_is_written_from_its_runs(tmp_path: Path) -> None:
     assert {r["status"] for r in results.values()} == {"completed"}
     config = yaml.safe_load((tmp_path / "runs" / "rnn-seed1" / "config.yaml").read_text())
     assert (config["model"]["arch"], config["model"]["rnn_cell"]) == ("rnn", "lstm")
-    assert (config["model"]["n_layers"], config["pos"]["name"]) == (2, "none")
+    assert (config["model"]["n_layers"], config["model"]["pos"]["name"]) == (2, "none")
 
     # The same size: within 2%, the same count for every seed, as the page says.
     counts = {arch: {r["n_parameters"] for n, r in results.items() if n.startswith(arch)}

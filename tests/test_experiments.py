@@ -242,7 +242,7 @@ def test_experiment_trains_two_steps_on_tiny_data(experiment: str, runs: Runs) -
     assert saved.objective._target_.rsplit(".", 1)[-1] == expected.objective
     assert {k: saved.model[k] for k in expected.model} == expected.model
     if expected.pos:
-        assert saved.pos.name == expected.pos
+        assert saved.model.pos.name == expected.pos
     assert saved.model.d_model == 64, "size=tiny"
 
 

@@ -107,9 +107,12 @@ def test_bad_position_options(pos: PosConfig, match: str) -> None:
 
 
 def test_segments_only_on_encoder_archs() -> None:
-    """type_vocab_size > 0 is refused on a decoder (it would be silently unused), and < 0 anywhere."""
-    with pytest.raises(ValueError, match="type_vocab_size=2 with arch='decoder'"):
-        _config(type_vocab_size=2)
+    """type_vocab_size > 0 is refused on a decoder by the config check (it would be silently
+    unused), and < 0 anywhere."""
+    with pytest.raises(
+        ValueError, match=r"type_vocab_size=2 applies to arch in .* not arch=decoder"
+    ):
+        ModelConfig.check_applies({"arch": "decoder", "type_vocab_size": 2})
     with pytest.raises(ValueError, match="type_vocab_size=-1"):
         _config(arch="encoder", type_vocab_size=-1)
     assert _config(arch="encoder", type_vocab_size=2).type_vocab_size == 2

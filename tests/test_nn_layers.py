@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from xfmr.nn.config import ModelConfig
 from xfmr.nn.layers import ACTIVATIONS, Block, FeedForward, RMSNorm, build_norm
 
 D, D_FF = 16, 24
@@ -92,19 +93,10 @@ def test_ffn_rejects_unknown_activation() -> None:
 
 def _block(placement: str, cross: bool) -> Block:
     torch.manual_seed(0)
-    return Block(
-        d_model=D,
-        n_heads=4,
-        d_ff=D_FF,
-        activation="relu",
-        norm="layernorm",
-        norm_eps=1e-5,
-        placement=placement,
-        dropout=0.0,
-        attn_dropout=0.0,
-        bias=True,
-        cross_attention=cross,
-    ).eval()
+    config = ModelConfig(
+        vocab_size=8, d_model=D, n_heads=4, d_ff=D_FF, activation="relu", placement=placement
+    )
+    return Block(config, cross_attention=cross).eval()
 
 
 @pytest.mark.parametrize("placement", ["pre", "post"])

@@ -60,9 +60,7 @@ def trained_loss(pos: str, ids: torch.Tensor, vocab_size: int) -> float:
         ]
     )
     torch.manual_seed(0)
-    model = build_model(
-        ModelConfig.from_sections(found["model"], found["pos"], vocab_size=vocab_size)
-    )
+    model = build_model(ModelConfig.from_settings(found["model"], vocab_size=vocab_size))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
     split = int(0.9 * len(ids))
     generator = torch.Generator().manual_seed(0)
@@ -108,7 +106,7 @@ def test_sinusoids_start_at_the_token_embeddings_scale(arch: str, embed_scale: b
     found = sections(
         [f"arch={arch}", "pos=sinusoidal", "size=tiny", f"model.embed_scale={embed_scale}"]
     )
-    config = ModelConfig.from_sections(found["model"], found["pos"], vocab_size=500)
+    config = ModelConfig.from_settings(found["model"], vocab_size=500)
     torch.manual_seed(0)
     model = build_model(config)
     stack = next(m for m in model.modules() if hasattr(m, "tok_emb"))

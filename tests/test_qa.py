@@ -272,7 +272,7 @@ def test_qa_needs_question_data_and_two_segments(tmp_path: Path) -> None:
         check_config(
             compose_config(tmp_path, ["experiment=bert_squad", *squad, "model.type_vocab_size=0"])
         )
-    with pytest.raises(UserError, match="data.max_length=256 .* pos.max_positions=128"):
+    with pytest.raises(UserError, match="data.max_length=256 .* model.pos.max_positions=128"):
         check_config(
             compose_config(tmp_path, ["experiment=bert_squad", *squad, "data.max_length=256"])
         )
@@ -293,7 +293,7 @@ def test_bert_squad_after_mlm_pretraining_runs_and_reports_em_and_f1(tmp_path: P
     pre = tmp_path / "mlm"
     pre.mkdir()
     encoder = ["arch=encoder", "size=tiny", "tokenizer=wordpiece", "tokenizer.vocab_size=120"]
-    train(compose_config(pre, [*encoder, "objective=mlm", "pos.max_positions=128"]))
+    train(compose_config(pre, [*encoder, "objective=mlm", "model.pos.max_positions=128"]))
 
     path = _tiny_squad(tmp_path / "tiny.json")
     squad = ["data=squad", f"data.train_path={path}", f"data.val_path={path}"]

@@ -88,7 +88,7 @@ def _documents(root: Path) -> list[str]:
         "model.type_vocab_size=2",
         f"data.path={root / 'documents.txt'}",
         "objective.max_length=32",
-        "pos.max_positions=32",
+        "model.pos.max_positions=32",
     ]
 
 

@@ -283,8 +283,8 @@ def test_tagging_refuses_text_data_and_decoders_by_name(tmp_path: Path) -> None:
         check_config(compose_config(tmp_path, ["objective=tagging", "arch=encoder"]))
     with pytest.raises(UserError, match=r"objective=tagging cannot train arch=decoder"):
         check_config(compose_config(tmp_path, ["objective=tagging", "arch=decoder", *conll]))
-    too_long = ["objective.max_length=256", "pos=learned", "pos.max_positions=128"]
-    with pytest.raises(UserError, match="objective.max_length=256 .* pos.max_positions=128"):
+    too_long = ["objective.max_length=256", "pos=learned", "model.pos.max_positions=128"]
+    with pytest.raises(UserError, match="objective.max_length=256 .* model.pos.max_positions=128"):
         check_config(
             compose_config(tmp_path, ["objective=tagging", "arch=encoder", *conll, *too_long])
         )
@@ -357,7 +357,7 @@ def test_bert_conll_trains_two_steps_and_reports_entity_f1(tmp_path: Path) -> No
 def test_mlm_run_carries_its_encoder_into_tagging(tmp_path: Path) -> None:
     from xfmr.training.run import train
 
-    encoder = ["arch=encoder", "size=tiny", "pos.max_positions=128", "tokenizer=wordpiece"]
+    encoder = ["arch=encoder", "size=tiny", "model.pos.max_positions=128", "tokenizer=wordpiece"]
     pre = tmp_path / "mlm"
     pre.mkdir()
     cased = ["tokenizer.vocab_size=120", "tokenizer.lowercase=false"]

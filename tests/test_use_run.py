@@ -83,7 +83,7 @@ def decoder_run(tmp_path_factory) -> Path:
     return _train(
         tmp_path_factory.mktemp("decoder"),
         [
-            "pos.max_positions=32",
+            "model.pos.max_positions=32",
             "trainer.max_steps=4",
             "callbacks.periodic_checkpoint.every_n_train_steps=1",
             "callbacks.periodic_checkpoint.save_top_k=3",
@@ -174,7 +174,7 @@ def test_average_cli_writes_the_exact_mean_and_training_resumes_from_it(
         tmp_path,
         [
             *QUIET,
-            "pos.max_positions=32",
+            "model.pos.max_positions=32",
             f"ckpt_path={ckpts / 'averaged.ckpt'}",
             "trainer.max_steps=6",
         ],
@@ -442,7 +442,9 @@ def test_generating_past_the_trained_length_warns_once_and_past_the_table_is_ref
     with caplog.at_level("WARNING", logger="xfmr"):
         warn_past_training_length(run, task, rows, 14)
     assert not caplog.records
-    with pytest.raises(UserError, match="generation.max_new_tokens=31 .* pos.max_positions=32"):
+    with pytest.raises(
+        UserError, match="generation.max_new_tokens=31 .* model.pos.max_positions=32"
+    ):
         check_new_tokens(run, task, rows, 31)
 
 

@@ -16,9 +16,18 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import HF_PATH_CHOICES, check_squad_windows, parallel_files
+from xfmr.declared import declared
 from xfmr.devices import cuda_driver_loaded
 from xfmr.errors import UserError
-from xfmr.nn.config import EXTENDING_POSITIONS, ModelConfig
+from xfmr.nn.config import (
+    EXTENDING_POSITIONS,
+    POSITION_KINDS,
+    TARGET,
+    ModelConfig,
+    default_of,
+    differences,
+    fine_tune_keys,
+)
 from xfmr.objectives.registry import (
     ObjectiveFacts,
     data_choices,
@@ -29,7 +38,7 @@ from xfmr.objectives.registry import (
 from xfmr.ranges import check_numbers, check_run_length
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
-_GROUPS_NEEDED = ("model", "pos", "data", "tokenizer", "objective", "optim", "trainer", "paths")
+_GROUPS_NEEDED = ("model", "data", "tokenizer", "objective", "optim", "trainer", "paths")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -46,6 +55,7 @@ def check_config(cfg: DictConfig) -> None:
     # otherwise the config does, and an xfmr init_from must agree with it.
     if not str(cfg.get("init_from") or "").startswith("hf:"):
         check_objective(cfg, model)
+        check_parts(model)
         check_positions(cfg, model)
         check_resume(cfg, model)
         check_init_model(cfg.get("init_from"), model)
@@ -80,14 +90,23 @@ def check_init_from(init_from: str | None) -> None:
 
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
-    """The model's dataclass from the `model` and `pos` sections; its errors become UserErrors."""
-    model = OmegaConf.to_container(cfg.model, resolve=True)
-    pos = OmegaConf.to_container(cfg.pos, resolve=True)
+    """The model's dataclass from the `model` section; its errors become UserErrors."""
+    model = model_section(cfg)
     try:
-        return ModelConfig.from_sections(model, pos, vocab_size=vocab_size)
+        return ModelConfig.from_settings(model, vocab_size=vocab_size)
     except (TypeError, ValueError) as e:
         message = str(e)
         raise UserError(message if message.startswith("model.") else f"model: {message}") from None
+
+
+def model_section(cfg: DictConfig) -> dict[str, Any]:
+    """`model` as a plain dict. A run saved before positions moved under `model` has them in a
+    `pos` section beside it, and null for the keys of other architectures: read as today's."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    if "pos" not in model and cfg.get("pos") is not None:
+        model["pos"] = OmegaConf.to_container(cfg.pos, resolve=True)
+        model = {k: v for k, v in model.items() if v is not None or default_of(k) is None}
+    return model
 
 
 _DATA_FILES = ("train_source", "train_target", "val_source", "val_target", "train_path", "val_path")
@@ -188,6 +207,30 @@ def check_masking(cfg: DictConfig) -> None:
         )
 
 
+def check_parts(model: ModelConfig) -> None:
+    """A part of the person's own (`xfmr.nn.parts`) names a class that exists; a positional
+    scheme declares a kind of scheme."""
+    parts = {
+        "model.pos": model.pos.target,
+        "model.attention": (model.attention or {}).get(TARGET),
+        "model.ffn": (model.ffn or {}).get(TARGET),
+    }
+    for section, target in parts.items():
+        if not target:
+            continue
+        try:
+            facts = declared(target, ("kind",))
+        except (ImportError, AttributeError, ValueError):
+            raise UserError(
+                f"{section}._target_={target}: no such class (is its folder on PYTHONPATH?)"
+            ) from None
+        if section == "model.pos" and facts.get("kind") not in POSITION_KINDS:
+            raise UserError(
+                f"model.pos._target_={target} must subclass xfmr.nn.positions.PositionScheme "
+                f"and declare kind in {list(POSITION_KINDS)}"
+            )
+
+
 def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
     limit = model.pos.max_positions
     # Token blocks (data.block_size) or whole examples cut to a length (objective.max_length,
@@ -200,8 +243,8 @@ def check_positions(cfg: DictConfig, model: ModelConfig) -> None:
         too_long = length is not None and limit is not None and length > limit
         if model.pos.name == "learned" and too_long:
             raise UserError(
-                f"{key}={length} is longer than pos.max_positions={limit} allows with pos=learned: "
-                f"set pos.max_positions>={length}, lower {key}, or use a scheme without a limit "
+                f"{key}={length} is longer than model.pos.max_positions={limit} allows with pos=learned: "
+                f"set model.pos.max_positions>={length}, lower {key}, or use a scheme without a limit "
                 f"(pos in {list(EXTENDING_POSITIONS)})"
             )
 
@@ -364,42 +407,24 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
     try:
         run_dir = Path(str(cfg.paths.output_dir))
         saved_cfg = OmegaConf.load(run_dir / "config.yaml")
-        saved = model_config(saved_cfg, vocab_size=1).to_dict()
-    except (OmegaConfBaseException, ValueError, OSError):  # no such run: nothing to compare
+        saved = model_config(saved_cfg, vocab_size=1)
+    except (
+        OmegaConfBaseException,
+        ValueError,
+        OSError,
+        UserError,
+    ):  # no such run: nothing to compare
         return
     if not (run_dir / "checkpoints" / "last.ckpt").is_file():
         return
-    ours = model.to_dict()
-    differs = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+    differs = differences(saved, model)
     if differs:
-        detail = ", ".join(
-            f"{k}: checkpoint {saved.get(k)!r} vs config {ours.get(k)!r}" for k in differs
-        )
+        detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
             f"{run_dir / 'checkpoints' / 'last.ckpt'}, which this run would resume, was trained "
             f"with a different model ({detail}): keep the model settings to resume, or give "
             "another hydra.run.dir for a new run"
         )
-
-
-# What a fine-tuning run may change about the model it starts from: regularisation, the fresh
-# tensors' scale, the head's tying, depth (extra layers start fresh, missing ones are skipped), the
-# vocabulary (the source's tokenizer plus the objective's tokens), segments and the size of a
-# position table. Every other key changes what a loaded tensor computes, so it must agree.
-_FREE_WHEN_INITIALISING = frozenset(
-    {
-        "vocab_size",
-        "dropout",
-        "attn_dropout",
-        "init_std",
-        "tie_embeddings",
-        "share_embeddings",
-        "n_layers",
-        "n_decoder_layers",
-        "type_vocab_size",
-        "pos.max_positions",
-    }
-)
 
 
 def check_init_model(init_from: str | None, model: ModelConfig) -> None:
@@ -412,32 +437,25 @@ def check_init_model(init_from: str | None, model: ModelConfig) -> None:
     trained = _trained_model(Path(str(init_from)).expanduser())
     if trained is None:
         return
-    ours = _flat(model.to_dict())
-    differs = sorted(
-        k
-        for k in set(trained) | set(ours)
-        if k not in _FREE_WHEN_INITIALISING and trained.get(k) != ours.get(k)
-    )
+    # What a fine-tune may change (regularisation, depth, vocabulary, segments, a table's size)
+    # is declared on the model's fields; every other key changes what a loaded tensor computes.
+    differs = differences(trained, model, ignore=fine_tune_keys())
     if differs:
-        detail = ", ".join(
-            f"{k if k.startswith('pos.') else 'model.' + k}: trained {trained.get(k)!r} vs "
-            f"config {ours.get(k)!r}"
-            for k in differs
-        )
+        detail = ", ".join(f"model.{k}: trained {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
             f"init_from={str(init_from)!r} was trained as another model ({detail}): set these "
             "as it was trained, or start without init_from"
         )
 
 
-def _trained_model(source: Path) -> dict[str, Any] | None:
-    """The model an xfmr init_from source was trained as, flattened (`pos.name`), or None."""
+def _trained_model(source: Path) -> ModelConfig | None:
+    """The model an xfmr init_from source was trained as, or None."""
     try:
         if source.suffix == ".safetensors" and source.is_file():
-            return _flat(_exported_model_config(source))
+            return ModelConfig.from_dict(_exported_model_config(source))
         run_dir = source if source.is_dir() else source.parent.parent
         saved = OmegaConf.load(run_dir / "config.yaml")
-        return _flat(model_config(saved, vocab_size=1).to_dict())
+        return model_config(saved, vocab_size=1)
     except (OmegaConfBaseException, UserError, ValueError, TypeError, KeyError, OSError):
         return None
 
@@ -454,14 +472,6 @@ def _exported_model_config(path: Path) -> dict[str, Any]:
             raise ValueError(f"a header of {length} bytes")
         header = json.loads(file.read(length))
     return json.loads(header["__metadata__"]["model_config"])
-
-
-def _flat(values: dict[str, Any]) -> dict[str, Any]:
-    pos = values.get("pos") or {}
-    return {
-        **{k: v for k, v in values.items() if k != "pos"},
-        **{f"pos.{k}": v for k, v in pos.items()},
-    }
 
 
 def check_tokenizer(cfg: DictConfig) -> TokenizerSpec:

@@ -41,6 +41,9 @@ def choice_problem(arguments: Sequence[str], config_dirs: Sequence[Path]) -> str
     if any(o.key_or_group == "hydra.searchpath" for o in overrides):
         config_dirs = []
     for override in overrides:
+        problem = model_key_problem(override)
+        if problem:
+            return problem
         group = override.key_or_group
         if group.split(".")[0] in OTHER_TOOLS_GROUPS:
             return OTHER_TOOLS_GROUPS[group.split(".")[0]]
@@ -50,6 +53,36 @@ def choice_problem(arguments: Sequence[str], config_dirs: Sequence[Path]) -> str
             problem = choice_error(override, group_choices(group, config_dirs))
             if problem:
                 return problem
+    return None
+
+
+def model_key_problem(override: Override) -> str | None:
+    """Why a `model.KEY=VALUE` argument names no model key or a value of the wrong type, judged
+    from `ModelConfig`'s fields in one line; `pos.KEY=...`, the spelling from before positions
+    moved under `model`, is answered with the new one. None when Hydra and the config check
+    should judge it (a sweep's values, a key of a part of your own)."""
+    from xfmr.nn.config import model_keys, nearest_keys, unknown_key, value_problem
+
+    key = override.key_or_group
+    value = override.get_value_string() if not override.is_delete() else ""
+    if key.startswith("pos."):
+        return (
+            f"{key}={value} is spelled model.{key}={value} now: positions are part of the model "
+            "(the pos group still picks the scheme, e.g. pos=rotary)"
+        )
+    parts = key.split(".")
+    if parts[0] != "model" or len(parts) < 2 or override.is_delete():
+        return None
+    top = [k for k in model_keys() if "." not in k] + ["pos"]
+    if parts[1] not in top:
+        return unknown_key("model", parts[1], top)
+    if parts[1] == "pos" and len(parts) == 3:
+        known = [k[4:] for k in model_keys() if k.startswith("pos.")]
+        if parts[2] not in known and nearest_keys(parts[2], known):  # else: your scheme's own
+            return unknown_key("model.pos", parts[2], known)
+    if len(parts) == 2 and not override.is_sweep_override():
+        plain = override.value()
+        return value_problem(parts[1], plain.text if isinstance(plain, QuotedString) else plain)
     return None
 
 

@@ -24,7 +24,6 @@ PROG = "xfmr-train"
 _TREE_ORDER = (
     "experiment",
     "model",
-    "pos",
     "data",
     "tokenizer",
     "objective",

@@ -16,7 +16,7 @@ Settings xfmr cannot reproduce are refused with a ValueError naming the HF field
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,11 @@ from torch import nn
 
 from xfmr.interop.hf_families import Family, families_of_model, family_of, family_of_config
 from xfmr.interop.hf_weights import Source, copy_weights, read_table
-from xfmr.nn.config import ModelConfig
+from xfmr.nn.config import ModelConfig, differences
 
 __all__ = [
     "Transfer",
     "config_from_hf",
-    "config_differences",
     "from_hf",
     "load_into",
     "load_pretrained",
@@ -37,7 +36,7 @@ __all__ = [
 
 
 # Fields a fine-tuning run may choose for itself: they change training, not the function.
-TRAINING_ONLY = ("dropout", "attn_dropout", "init_std")
+TRAINING_ONLY = frozenset({"dropout", "attn_dropout", "init_std"})
 
 
 def hf_model_config(path: str | Path, **training: Any) -> ModelConfig:
@@ -56,26 +55,6 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
         ValueError: naming the HF field and value xfmr cannot reproduce.
     """
     return family_of_config(hf_config).config(hf_config)
-
-
-def config_differences(ours: ModelConfig, theirs: ModelConfig) -> list[tuple[str, Any, Any]]:
-    """(field, ours, theirs) for every field that differs; `pos` fields as `pos.name` etc."""
-    flat_ours, flat_theirs = _flatten(asdict(ours)), _flatten(asdict(theirs))
-    return [
-        (key, flat_ours[key], flat_theirs[key])
-        for key in flat_ours
-        if flat_ours[key] != flat_theirs[key]
-    ]
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat |= _flatten(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def from_hf(hf_model: nn.Module) -> nn.Module:
@@ -126,14 +105,10 @@ def load_into(model: nn.Module, path: str | Path) -> Transfer:
     hf_config = _load_hf_config(path)
     theirs = family_of_config(hf_config)
     ours = _family_of_model(model, theirs, path)
-    differences = [
-        d
-        for d in config_differences(model.config, theirs.config(hf_config))
-        if d[0] not in TRAINING_ONLY
-    ]
-    if differences:
+    differs = differences(model.config, theirs.config(hf_config), ignore=TRAINING_ONLY)
+    if differs:
         listed = "; ".join(
-            f"{key}={ours!r} (checkpoint: {theirs!r})" for key, ours, theirs in differences
+            f"{key}={ours!r} (checkpoint: {theirs!r})" for key, ours, theirs in differs
         )
         raise ValueError(f"the model's config differs from the checkpoint at {path}: {listed}")
     hf_model = _load_hf_model(path, hf_config)

@@ -16,7 +16,7 @@ from torch import nn
 
 from xfmr.interop import hf_configs as configs
 from xfmr.interop.hf_weights import Table, bert_table, gpt2_table, llama_table, t5_table
-from xfmr.nn.config import ModelConfig
+from xfmr.nn.config import ModelConfig, default_of, exporting_keys
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.heads import (
     EncoderMaskedLM,
@@ -104,37 +104,42 @@ class Family:
 
     def differences(self, config: ModelConfig) -> list[str]:
         """`key=value` of each setting of `config` that this class cannot represent."""
-        found = []
-        for key, allowed in self.needs.items():
-            value = _setting(config, key)
-            allowed = tuple(_setting(config, a[6:]) if _is_ref(a) else a for a in allowed)
-            if value not in allowed:
-                found.append(f"{key}={value!r}")
-        return found
+        return [f"{key}={value!r}" for key, value, _ in self._unmet(config)]
 
     def nearest(self, config: ModelConfig) -> str:
         """The settings that would make `config` export as this class."""
         changes = []
-        for key, allowed in self.needs.items():
-            value = _setting(config, key)
-            allowed = tuple(_setting(config, a[6:]) if _is_ref(a) else a for a in allowed)
-            if value not in allowed:
-                shown = allowed[0] if len(allowed) == 1 else "|".join(map(str, allowed))
-                changes.append(f"{_override(key)}={_yaml(shown)}")
+        for key, _, allowed in self._unmet(config):
+            shown = allowed[0] if len(allowed) == 1 else "|".join(map(str, allowed))
+            changes.append(f"{_override(key)}={_yaml(shown)}")
         return " ".join(changes)
+
+    def _unmet(self, config: ModelConfig) -> list[tuple[str, Any, tuple]]:
+        """(key, value, the values this class represents) for each key it cannot represent.
+        A key the class does not list exports at any value if the field says so
+        (`Key.exports`), else at its default only: a key added to ModelConfig is refused by
+        every family until one lists what it maps to."""
+        values = config.flat()
+        unmet = []
+        for key, value in values.items():
+            if key in self.needs:
+                allowed = tuple(values[a[6:]] if _is_ref(a) else a for a in self.needs[key])
+            elif key in exporting_keys() or not config.reads(key):
+                continue
+            else:
+                allowed = (default_of(key),)
+            if value not in allowed:
+                unmet.append((key, value, allowed))
+        return unmet
 
 
 def _is_ref(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("model.")
 
 
-def _setting(config: ModelConfig, key: str) -> Any:
-    return getattr(config.pos, key[4:]) if key.startswith("pos.") else getattr(config, key)
-
-
 def _override(key: str) -> str:
     """The command-line key that sets `key`: positions are a config group (pos=rotary)."""
-    return "pos" if key == "pos.name" else key if key.startswith("pos.") else f"model.{key}"
+    return "pos" if key == "pos.name" else f"model.{key}"
 
 
 def _yaml(value: Any) -> str:

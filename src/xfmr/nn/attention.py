@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xfmr.nn.config import ModelConfig
 from xfmr.nn.positions import Rotation, apply_rotary
 
 
@@ -208,6 +210,11 @@ class _Attention(nn.Module):
         self.attn_dropout = attn_dropout
         self.resid_dropout = nn.Dropout(resid_dropout)
 
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> _Attention:
+        """Built with the config's arguments (`attention_arguments`)."""
+        return cls(**attention_arguments(config))
+
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         B, L, C = x.shape
         return x.view(B, L, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, L, hs)
@@ -263,6 +270,18 @@ class _Attention(nn.Module):
         records.append(AttentionRecord(layer=name, kind=self.kind, weights=weights.detach()))
         weights = F.dropout(weights, self.attn_dropout, training=self.training)
         return weights.to(v.dtype) @ v  # (B, nh, T, hs)
+
+
+def attention_arguments(config: ModelConfig) -> dict[str, Any]:
+    """The keyword arguments xfmr's attentions are built with, from the model's config."""
+    return dict(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        attn_dropout=config.attn_dropout,
+        resid_dropout=config.dropout,
+        bias=config.bias,
+        scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
+    )
 
 
 class MultiHeadAttention(_Attention):

@@ -1,15 +1,29 @@
-"""The shape of a model: one typed dataclass, checked and derived in one place.
+"""The shape of a model: `ModelConfig`, the one place a model key is stated.
+
+Each field carries what the key is for (`Key`: a one-line doc with its paper, the architectures
+that read it, whether a fine-tune may change it, whether every value exports to Hugging Face),
+and every other table derives from the fields: the keys an architecture ignores
+(`arch_only_keys`), the keys an `init_from` run may change (`fine_tune_keys`), the keys an
+export family need not list (`xfmr.interop.hf_families`), README's table of model keys
+(`keys_table`), Hydra's schema of the `model` section (`xfmr.schema`), and how two configs
+differ (`differences`). Adding a key is one field here and the module that reads it.
+
+Parts a person plugs in from their own configs (a positional scheme, an attention, a
+feed-forward) are named by `_target_` in `model.pos`, `model.attention` and `model.ffn`; the
+contracts are in `xfmr.nn.parts`.
 
 This module imports no torch, so the CLI can check a composed config before anything heavy loads.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 ARCHS = ("decoder", "encoder", "encoder_decoder", "rnn")
+TRANSFORMER_ARCHS = ("decoder", "encoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
@@ -29,95 +43,223 @@ ARCH_POSITIONS = {
 }
 # Segment (token-type) embeddings belong to an encoder stack (BERT).
 SEGMENT_ARCHS = ("encoder", "encoder_decoder")
-TRANSFORMER_ARCHS = ("decoder", "encoder", "encoder_decoder")
-# Model keys that only some architectures read. Every arch config declares them all, null
-# where they do not apply, so any of them is set without `+`; a value for an architecture
-# that would ignore it is refused (`xfmr.checks.model_config`).
-ARCH_ONLY_KEYS = {
-    "type_vocab_size": SEGMENT_ARCHS,
-    "embed_norm": TRANSFORMER_ARCHS,
-    "embed_scale": TRANSFORMER_ARCHS,
-    "n_decoder_layers": ("encoder_decoder",),
-    "share_embeddings": ("encoder_decoder",),
-    "scale_logits": ("encoder_decoder",),
-    "rnn_cell": ("rnn",),
-}
+# Where a positional scheme acts (`xfmr.nn.positions.PositionScheme.kind`).
+POSITION_KINDS = ("absolute", "bias", "rotary")
+TARGET = "_target_"  # the key that names a plugged-in part's class, as Hydra spells it
+
+
+@dataclass(frozen=True)
+class Key:
+    """What one model key is for, declared on its field.
+
+    Args:
+        doc: one line, with the paper it comes from.
+        archs: the architectures that read it; a value other than the default for another
+            architecture is refused (`ModelConfig.check_applies`).
+        fine_tune: a run started `init_from` another may change it (regularisation, depth,
+            vocabulary, a table's size); every other key must agree with the source.
+        exports: every value exports to each Hugging Face family (sizes, rates); otherwise a
+            family exports the values it lists (`xfmr.interop.hf_families`), and a family
+            that does not list the key exports its default only.
+        choices: the valid values of a string key.
+    """
+
+    doc: str
+    archs: tuple[str, ...] = ARCHS
+    fine_tune: bool = False
+    exports: bool = False
+    choices: tuple[str, ...] = ()
+
+
+def key(default: Any = MISSING, doc: str = "", **facts: Any) -> Any:
+    """A model field: its default and its `Key`."""
+    meta = {"key": Key(doc, **facts)}
+    if isinstance(default, dict | list):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def key_of(f: Field) -> Key:
+    return f.metadata["key"]
 
 
 @dataclass
 class PosConfig:
-    """Positional scheme: `name` picks the class from `xfmr.nn.positions.POSITIONS`.
+    """The positional scheme (`model.pos`): `name` picks the class from
+    `xfmr.nn.positions.POSITIONS`, or `_target_` names one of your own (`xfmr.nn.parts`)."""
 
-    Args:
-        name: one of POS_NAMES.
-        max_positions: table size for `learned` (a hard limit) and `sinusoidal`; unused otherwise.
-        num_buckets: `relative` only: buckets of relative distance (T5: 32).
-        max_distance: `relative` only: distances at or beyond this share the last bucket (T5: 128).
-        rotary_base: `rotary` only: the base of the angle frequencies (RoFormer: 10000).
-    """
-
-    name: str = "learned"
-    max_positions: int | None = 1024
-    num_buckets: int = 32
-    max_distance: int = 128
-    rotary_base: float = 10000.0
+    name: str = key(
+        "learned",
+        "the scheme: none, sinusoidal (Vaswani et al. 2017), learned (GPT, BERT), relative "
+        "(T5), rotary (Su et al. 2021), alibi (Press et al. 2022), or your own's name",
+        choices=POS_NAMES,
+    )
+    max_positions: int | None = key(
+        1024,
+        "table size for learned (a hard limit on length) and sinusoidal; unused otherwise",
+        fine_tune=True,
+        exports=True,
+    )
+    num_buckets: int = key(32, "relative: buckets of relative distance (T5: 32)", exports=True)
+    max_distance: int = key(
+        128, "relative: distances at or beyond this share the last bucket (T5: 128)", exports=True
+    )
+    rotary_base: float = key(
+        10000.0, "rotary: the base of the angle frequencies (RoFormer: 10000)", exports=True
+    )
+    target: str | None = key(None, "a scheme of your own: its class, `_target_` in YAML")
+    options: dict[str, Any] = key({}, "your scheme's own arguments, beside `_target_` in YAML")
 
     def __post_init__(self) -> None:
         _check_types("pos.", self)
+        if self.target is None:
+            _check_choice("pos.name", self.name, POS_NAMES)
         if self.max_positions is not None and self.max_positions < 1:
             raise ValueError(
                 f"pos.max_positions={self.max_positions} must be a positive integer, or null"
             )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> PosConfig:
+        """From `model.pos` as YAML spells it: with `_target_`, the keys that are not fields
+        are the scheme's own options."""
+        values = dict(values)
+        target = values.pop(TARGET, None) or values.pop("target", None)
+        known = {f.name for f in fields(cls)} - {"target", "options"}
+        options = {**values.pop("options", {}), **{k: values.pop(k) for k in set(values) - known}}
+        if options and target is None:
+            _refuse_unknown("model.pos", sorted(options), known)
+        return cls(**values, target=target, options=options)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        target, options = values.pop("target"), values.pop("options")
+        return {**values, TARGET: target, **options} if target else values
+
+    @property
+    def extends(self) -> bool:
+        """Whether positions past those trained on have a value (all but a learned table)."""
+        return self.name in EXTENDING_POSITIONS or self.target is not None
 
 
 @dataclass
 class ModelConfig:
     """Everything that decides a model's parameters and forward pass.
 
-    `vocab_size` is known only once the tokenizer exists, so builders pass it in.
-    Fields that apply to one architecture only are ignored by the others, except where a
-    silent ignore would hide a mistake (positions on an RNN, segments on a decoder).
+    `vocab_size` is known only once the tokenizer exists, so builders pass it in. A key that
+    some architectures do not read says which do (`Key.archs`); a config check refuses it set
+    for another (`check_applies`), and `differences` does not count it.
     """
 
-    vocab_size: int
-    arch: str = "decoder"
-    n_layers: int = 4  # encoder layers for encoder_decoder; recurrent layers for rnn
-    n_heads: int = 4
-    d_model: int = 128  # also the RNN's hidden size
-    d_ff: int | None = None  # None: 4 * d_model (Vaswani et al. 2017, sec. 3.3)
-    dropout: float = 0.0  # on embeddings and residual branches; between RNN layers
-    attn_dropout: float = 0.0  # on attention weights
-    activation: str = "gelu"
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
-    placement: str = "pre"
-    bias: bool = True
-    tie_embeddings: bool = True
-    init_std: float = 0.02
-    attn_scale: bool = True  # False: no 1/sqrt(d_head) on scores (T5, Raffel et al. 2020)
-    type_vocab_size: int = 0  # segment embeddings (BERT); 0 = none
-    embed_norm: bool = False  # a norm after the summed embeddings (BERT)
-    embed_scale: bool = False  # token embeddings * sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)
-    n_decoder_layers: int | None = None  # encoder_decoder; None: n_layers
-    share_embeddings: bool = True  # encoder_decoder: source and target share one embedding
-    scale_logits: bool = False  # encoder_decoder: output * d_model**-0.5 before the LM head (T5)
-    rnn_cell: str = "lstm"
-    pos: PosConfig = field(default_factory=PosConfig)
+    vocab_size: int = key(
+        doc="the tokenizer's vocabulary; set by the run", fine_tune=True, exports=True
+    )
+    arch: str = key("decoder", "what is built (the arch group)", exports=True, choices=ARCHS)
+    n_layers: int = key(
+        4,
+        "layers: encoder layers of an encoder_decoder, recurrent layers of an rnn",
+        fine_tune=True,
+        exports=True,
+    )
+    n_heads: int = key(4, "attention heads", archs=TRANSFORMER_ARCHS, exports=True)
+    d_model: int = key(128, "model width; the hidden size of an rnn", exports=True)
+    d_ff: int | None = key(
+        None,
+        "feed-forward width; null: 4 * d_model (Vaswani et al. 2017, sec. 3.3)",
+        archs=TRANSFORMER_ARCHS,
+        exports=True,
+    )
+    dropout: float = key(
+        0.0,
+        "on embeddings and residual branches; between the layers of an rnn",
+        fine_tune=True,
+        exports=True,
+    )
+    attn_dropout: float = key(
+        0.0, "on attention weights", archs=TRANSFORMER_ARCHS, fine_tune=True, exports=True
+    )
+    activation: str = key(
+        "gelu",
+        "feed-forward nonlinearity; swiglu and geglu are gated (Shazeer 2020)",
+        archs=TRANSFORMER_ARCHS,
+        choices=ACTIVATIONS,
+    )
+    norm: str = key(
+        "layernorm",
+        "layernorm (Ba et al. 2016) or rmsnorm (Zhang & Sennrich 2019)",
+        archs=TRANSFORMER_ARCHS,
+        choices=NORMS,
+    )
+    norm_eps: float = key(1e-5, "the norms' epsilon", archs=TRANSFORMER_ARCHS, exports=True)
+    placement: str = key(
+        "pre",
+        "post: x = norm(x + f(x)) (Vaswani et al. 2017); pre: x + f(norm(x)) (Xiong et al. 2020)",
+        archs=TRANSFORMER_ARCHS,
+        choices=PLACEMENTS,
+    )
+    bias: bool = key(True, "biases in projections and norms", archs=TRANSFORMER_ARCHS, exports=True)
+    tie_embeddings: bool = key(
+        True, "the LM head is the token embedding (Press & Wolf 2017)", fine_tune=True, exports=True
+    )
+    init_std: float = key(0.02, "std of fresh weights (GPT-2)", fine_tune=True, exports=True)
+    attn_scale: bool = key(
+        True, "1/sqrt(d_head) on scores; T5 has none (Raffel et al. 2020)", archs=TRANSFORMER_ARCHS
+    )
+    type_vocab_size: int = key(
+        0, "segment embeddings (BERT); 0: none", archs=SEGMENT_ARCHS, fine_tune=True, exports=True
+    )
+    embed_norm: bool = key(
+        False, "a norm after the summed embeddings (BERT)", archs=TRANSFORMER_ARCHS
+    )
+    embed_scale: bool = key(
+        False,
+        "token embeddings * sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)",
+        archs=TRANSFORMER_ARCHS,
+    )
+    n_decoder_layers: int | None = key(
+        None,
+        "decoder layers; null: n_layers",
+        archs=("encoder_decoder",),
+        fine_tune=True,
+        exports=True,
+    )
+    share_embeddings: bool = key(
+        True,
+        "source and target share one embedding (Vaswani et al. 2017, sec. 3.4)",
+        archs=("encoder_decoder",),
+        fine_tune=True,
+    )
+    scale_logits: bool = key(
+        False, "output * d_model^-0.5 before the LM head (T5)", archs=("encoder_decoder",)
+    )
+    rnn_cell: str = key(
+        "lstm", "lstm (Hochreiter & Schmidhuber 1997), gru, tanh", archs=("rnn",), choices=RNN_CELLS
+    )
+    attention: dict[str, Any] | None = key(
+        None, "an attention of your own: `_target_` and its arguments", archs=TRANSFORMER_ARCHS
+    )
+    ffn: dict[str, Any] | None = key(
+        None, "a feed-forward of your own: `_target_` and its arguments", archs=TRANSFORMER_ARCHS
+    )
+    pos: PosConfig = field(
+        default_factory=PosConfig, metadata={"key": Key("the positional scheme (the pos group)")}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.pos, dict):
-            self.pos = PosConfig(**self.pos)
+            self.pos = PosConfig.from_dict(self.pos)
         _check_types("", self)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         if self.n_decoder_layers is None:
             self.n_decoder_layers = self.n_layers
-        _check_choice("arch", self.arch, ARCHS)
-        _check_choice("norm", self.norm, NORMS)
-        _check_choice("placement", self.placement, PLACEMENTS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("rnn_cell", self.rnn_cell, RNN_CELLS)
-        _check_choice("pos.name", self.pos.name, POS_NAMES)
+        for f in fields(self):
+            if key_of(f).choices:
+                _check_choice(f.name, getattr(self, f.name), key_of(f).choices)
+        for name in ("attention", "ffn"):
+            part = getattr(self, name)
+            if part is not None and not (isinstance(part, dict) and part.get(TARGET)):
+                raise ValueError(f"{name}={part!r} must be null or name a class in `_target_`")
         for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff", "n_decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
@@ -133,25 +275,19 @@ class ModelConfig:
             raise ValueError(f"norm_eps={self.norm_eps} must be a number > 0")
         if self.init_std < 0:
             raise ValueError(f"init_std={self.init_std} must be a number >= 0")
-        self._check_arch_fields()
-        self._check_positions()
-
-    def _check_arch_fields(self) -> None:
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size={self.type_vocab_size} must be >= 0 (0 = none)")
-        if self.type_vocab_size and self.arch not in SEGMENT_ARCHS:
-            raise ValueError(
-                f"type_vocab_size={self.type_vocab_size} with arch={self.arch!r}: segment "
-                f"embeddings need arch in {list(SEGMENT_ARCHS)}; set type_vocab_size=0"
-            )
+        self._check_positions()
 
     def _check_positions(self) -> None:
         pos, allowed = self.pos, ARCH_POSITIONS[self.arch]
-        if pos.name not in allowed:
+        if pos.name not in allowed and not (pos.target and self.arch != "rnn"):
             raise ValueError(
                 f"pos.name={pos.name!r} does not apply to arch={self.arch!r}: "
                 f"arch={self.arch!r} accepts pos.name in {list(allowed)}"
             )
+        if pos.target:
+            return
         if pos.name == "rotary" and self.head_dim % 2:
             raise ValueError(
                 f"pos.name='rotary' rotates channel pairs and needs an even head dim, but "
@@ -191,37 +327,174 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Build from a plain dict; an unknown key is an error that lists the known ones."""
-        _check_keys("model", values, cls)
-        pos = dict(values.get("pos") or {})
-        _check_keys("pos", pos, PosConfig)
-        return cls(**{**values, "pos": PosConfig(**pos)})
+        """Build from a plain dict (a saved config or checkpoint); an unknown key is an error
+        naming the nearest keys."""
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            _refuse_unknown("model", unknown, [f.name for f in fields(cls)])
+        return cls(**{**values, "pos": PosConfig.from_dict(values.get("pos") or {})})
 
     @classmethod
-    def from_sections(
-        cls, model: dict[str, Any], pos: dict[str, Any], *, vocab_size: int
-    ) -> ModelConfig:
-        """Build from a config's `model` and `pos` sections. A key that belongs to other
-        architectures (ARCH_ONLY_KEYS) is dropped when null and an error when set."""
-        values = dict(model)
+    def from_settings(cls, values: dict[str, Any], *, vocab_size: int) -> ModelConfig:
+        """Build from a config's `model` section, refusing a key set for an architecture
+        that does not read it (`check_applies`)."""
+        cls.check_applies(values)
+        return cls.from_dict({**values, "vocab_size": vocab_size})
+
+    @classmethod
+    def check_applies(cls, values: dict[str, Any]) -> None:
+        """A key some architectures read, set to other than its default for another, is a
+        mistake (it would be ignored): ValueError naming the architectures that read it."""
         arch = values.get("arch", "decoder")
-        for key, archs in ARCH_ONLY_KEYS.items():
-            if arch in archs or key not in values:
+        for f in fields(cls):
+            archs, default = key_of(f).archs, _default(f)
+            if arch in archs or f.name not in values or values[f.name] == default:
                 continue
-            if values[key] is not None:
-                raise ValueError(
-                    f"model.{key}={values[key]!r} applies to arch in {list(archs)} only, not "
-                    f"arch={arch}: leave it null"
-                )
-            del values[key]  # null: the key does not apply here
-        return cls.from_dict({**values, "pos": pos, "vocab_size": vocab_size})
+            raise ValueError(
+                f"model.{f.name}={values[f.name]!r} applies to arch in {list(archs)} only, not "
+                f"arch={arch}: leave it at its default ({_yaml(default)})"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**values, "pos": self.pos.to_dict()}
+
+    def flat(self) -> dict[str, Any]:
+        """Every key by its dotted name under `model` (`pos.name`, `pos.max_positions`)."""
+        values = self.to_dict()
+        pos = values.pop("pos")
+        return {**values, **{f"pos.{k}": v for k, v in pos.items()}}
+
+    def reads(self, name: str) -> bool:
+        """Whether this architecture reads key `name` (dotted names: their top-level key)."""
+        found = _field(name.split(".")[0])
+        return found is None or self.arch in key_of(found).archs
+
+
+def differences(
+    ours: ModelConfig, theirs: ModelConfig, *, ignore: frozenset[str] = frozenset()
+) -> list[tuple[str, Any, Any]]:
+    """(key, ours, theirs) for each key whose value differs, by dotted name (`pos.name`), in
+    the fields' order; a key the architecture does not read is not a difference, nor one in
+    `ignore`."""
+    a, b = ours.flat(), theirs.flat()
+    same_arch = ours.arch == theirs.arch
+    return [
+        (k, a.get(k), b.get(k))
+        for k in [*a, *(k for k in b if k not in a)]
+        if k not in ignore and a.get(k) != b.get(k) and not (same_arch and not ours.reads(k))
+    ]
+
+
+def arch_only_keys() -> dict[str, tuple[str, ...]]:
+    """Each key that some architectures do not read -> the architectures that do."""
+    return {f.name: key_of(f).archs for f in fields(ModelConfig) if key_of(f).archs != ARCHS}
+
+
+def fine_tune_keys() -> frozenset[str]:
+    """The dotted keys a run started `init_from` another may change (see `Key.fine_tune`)."""
+    top = {f.name for f in fields(ModelConfig) if key_of(f).fine_tune}
+    return frozenset(top | {f"pos.{f.name}" for f in fields(PosConfig) if key_of(f).fine_tune})
+
+
+def exporting_keys() -> frozenset[str]:
+    """The dotted keys whose every value exports (see `Key.exports`)."""
+    top = {f.name for f in fields(ModelConfig) if key_of(f).exports}
+    return frozenset(top | {f"pos.{f.name}" for f in fields(PosConfig) if key_of(f).exports})
+
+
+def default_of(name: str) -> Any:
+    """The default of dotted key `name` (`pos.name`); None for a key of a part of your own."""
+    found = _field(name)
+    return None if found is None else _default(found)
+
+
+def keys_table() -> str:
+    """README's table of model keys, written from the fields (a test holds README to it)."""
+    rows = [
+        "| key | default | read by | fine-tune may change | what it is |",
+        "|---|---|---|---|---|",
+    ]
+    for prefix, cls in (("model.", ModelConfig), ("model.pos.", PosConfig)):
+        for f in fields(cls):
+            facts = key_of(f)
+            if f.name in ("vocab_size", "pos"):
+                continue
+            default = _yaml(_default(f))
+            choices = f" ({', '.join(facts.choices)})" if facts.choices else ""
+            archs = (
+                "all"
+                if facts.archs == ARCHS
+                else "transformers"
+                if facts.archs == TRANSFORMER_ARCHS
+                else ", ".join(facts.archs)
+            )
+            fine = "yes" if facts.fine_tune else ""
+            rows.append(
+                f"| `{prefix}{f.name}` | `{default}` | {archs} | {fine} | {facts.doc}{choices} |"
+            )
+    return "\n".join(rows)
+
+
+def model_keys() -> list[str]:
+    """Every key of the `model` section by its dotted name (`pos.name`)."""
+    top = [f.name for f in fields(ModelConfig) if f.name not in ("vocab_size", "pos")]
+    return [
+        *top,
+        *(f"pos.{f.name}" for f in fields(PosConfig) if f.name not in ("target", "options")),
+    ]
+
+
+def nearest_keys(name: str, known: list[str] | None = None) -> list[str]:
+    """The keys most like a misspelt `name`, best first."""
+    known = model_keys() if known is None else known
+    return difflib.get_close_matches(name, known, n=3, cutoff=0.6)
 
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _field(name: str) -> Field | None:
+    cls, name = (PosConfig, name[4:]) if name.startswith("pos.") else (ModelConfig, name)
+    return next((f for f in fields(cls) if f.name == name), None)
+
+
+def _default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else None
+
+
+def _yaml(value: Any) -> str:
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
+
+
+def unknown_key(section: str, name: str, known: Any) -> str:
+    """The message for `section.name`, which is not among `known`: the nearest keys first."""
+    near = nearest_keys(name, sorted(known))
+    hint = f"did you mean {', '.join(f'{section}.{k}' for k in near)}? " if near else ""
+    return (
+        f"{section}.{name} is not a {section} key: {hint}(valid keys: {', '.join(sorted(known))})"
+    )
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be model key `name` (a top-level key) by its type, or None."""
+    found = _field(name)
+    names = str(found.type).split(" | ") if found is not None else []
+    if not names or not set(names) <= {*_TYPE_NAMES, "None"}:
+        return None
+    if any(_accepts(n, value) for n in names):
+        return None
+    valid = " or ".join(_TYPE_NAMES.get(n, "null") for n in names)
+    return f"model.{name}={value!r} must be {valid}"
+
+
+def _refuse_unknown(section: str, unknown: list[str], known: Any) -> None:
+    raise ValueError(unknown_key(section, unknown[0], known))
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -249,15 +522,8 @@ def _check_types(prefix: str, config: Any) -> None:
     for f in fields(config):
         names = str(f.type).split(" | ")
         if not set(names) <= {*_TYPE_NAMES, "None"}:
-            continue  # a nested config or a tuple
+            continue  # a nested config or a mapping
         value = getattr(config, f.name)
         if not any(_accepts(name, value) for name in names):
             valid = " or ".join(_TYPE_NAMES.get(name, "null") for name in names)
             raise ValueError(f"{prefix}{f.name}={value!r} must be {valid}")
-
-
-def _check_keys(section: str, values: dict[str, Any], cls: type) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {section} key(s) {unknown}; valid keys: {sorted(known)}")

@@ -8,35 +8,22 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from xfmr.nn.attention import CrossAttention, LayerCache, MultiHeadAttention
+from xfmr.nn.attention import CrossAttention, LayerCache, MultiHeadAttention, attention_arguments
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.norms import NORMS, RMSNorm, build_norm
+from xfmr.nn.parts import build_part
+
+__all__ = [
+    "ACTIVATIONS",
+    "NORMS",
+    "Activation",
+    "Block",
+    "FeedForward",
+    "RMSNorm",
+    "build_norm",
+    "norm_of",
+]
 from xfmr.nn.positions import Rotation
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight: no mean subtraction, no bias (Zhang & Sennrich 2019;
-    T5's `T5LayerNorm`). The mean square is taken in float32 even for half-precision inputs."""
-
-    def __init__(self, d_model: int, *, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean_square = x.float().pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return (x.float() * torch.rsqrt(mean_square + self.eps)).to(x.dtype) * self.weight
-
-
-# name -> (d_model, eps, bias) -> module. RMSNorm has no bias whatever `bias` says (T5).
-NORMS: dict[str, Callable[[int, float, bool], nn.Module]] = {
-    "layernorm": lambda d_model, eps, bias: nn.LayerNorm(d_model, eps=eps, bias=bias),
-    "rmsnorm": lambda d_model, eps, bias: RMSNorm(d_model, eps=eps),
-}
-
-
-def build_norm(name: str, d_model: int, *, eps: float, bias: bool) -> nn.Module:
-    if name not in NORMS:
-        raise ValueError(f"norm={name!r} is not one of {sorted(NORMS)}")
-    return NORMS[name](d_model, eps, bias)
 
 
 @dataclass(frozen=True)
@@ -56,6 +43,11 @@ ACTIVATIONS: dict[str, Activation] = {
     "geglu": Activation(nn.GELU, gated=True),
     "geglu_tanh": Activation(lambda: nn.GELU(approximate="tanh"), gated=True),  # T5 v1.1
 }
+
+
+def norm_of(config: ModelConfig) -> nn.Module:
+    """The config's norm over the model width."""
+    return build_norm(config.norm, config.d_model, eps=config.norm_eps, bias=config.bias)
 
 
 class FeedForward(nn.Module):
@@ -79,6 +71,16 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> FeedForward:
+        return cls(
+            d_model=config.d_model,
+            d_ff=config.d_ff,
+            activation=config.activation,
+            dropout=config.dropout,
+            bias=config.bias,
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             gate, value = self.up(x).chunk(2, dim=-1)  # (B, T, d_ff) each
@@ -87,51 +89,26 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """One self-attention (+ cross-attention) + FFN layer.
+    """One self-attention (+ cross-attention) + FFN layer, shaped by the model's config.
 
     `placement="post"` is the original x = LN(x + f(x)) (Vaswani et al. 2017);
     `placement="pre"` is x = x + f(LN(x)) (GPT-2; Xiong et al. 2020), which trains
     without warm-up tricks and needs a final norm after the stack.
     With `cross_attention`, a decoder layer of an encoder-decoder: causal self-attention, then
     attention over the encoder states, then the FFN (Vaswani et al. 2017, sec. 3.1).
+    The self-attention and the FFN are the config's own parts where it names them
+    (`xfmr.nn.parts`); cross-attention is always xfmr's.
     """
 
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        activation: str,
-        norm: str,
-        norm_eps: float,
-        placement: str,
-        dropout: float,
-        attn_dropout: float,
-        bias: bool,
-        scale: float | None = None,
-        cross_attention: bool = False,
-    ) -> None:
+    def __init__(self, config: ModelConfig, *, cross_attention: bool = False) -> None:
         super().__init__()
-        self.placement = placement
-        attention = dict(
-            d_model=d_model,
-            n_heads=n_heads,
-            attn_dropout=attn_dropout,
-            resid_dropout=dropout,
-            bias=bias,
-            scale=scale,
-        )
-        self.attn_norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.attn = MultiHeadAttention(**attention)
-        self.cross_norm = (
-            build_norm(norm, d_model, eps=norm_eps, bias=bias) if cross_attention else None
-        )
-        self.cross_attn = CrossAttention(**attention) if cross_attention else None
-        self.ffn_norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.ffn = FeedForward(
-            d_model=d_model, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias
-        )
+        self.placement = config.placement
+        self.attn_norm = norm_of(config)
+        self.attn = self_attention(config)
+        self.cross_norm = norm_of(config) if cross_attention else None
+        self.cross_attn = CrossAttention.from_config(config) if cross_attention else None
+        self.ffn_norm = norm_of(config)
+        self.ffn = feed_forward(config)
 
     def forward(
         self,
@@ -159,3 +136,24 @@ class Block(nn.Module):
         if self.cross_attn is not None:
             x = self.cross_norm(x + self.cross_attn(x, context, mask=context_mask, cache=cache))
         return self.ffn_norm(x + self.ffn(x))
+
+
+def self_attention(config: ModelConfig) -> nn.Module:
+    """The config's self-attention: `model.attention`'s class, else MultiHeadAttention."""
+    if config.attention is None:
+        return MultiHeadAttention.from_config(config)
+    return build_part("model.attention", config.attention, attention_arguments(config))
+
+
+def feed_forward(config: ModelConfig) -> nn.Module:
+    """The config's feed-forward: `model.ffn`'s class, else FeedForward."""
+    if config.ffn is None:
+        return FeedForward.from_config(config)
+    facts = dict(
+        d_model=config.d_model,
+        d_ff=config.d_ff,
+        activation=config.activation,
+        dropout=config.dropout,
+        bias=config.bias,
+    )
+    return build_part("model.ffn", config.ffn, facts)

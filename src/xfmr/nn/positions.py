@@ -16,8 +16,9 @@ lengths, `embed` and `rotation` also take per-row `positions` (B, T); a bias nee
 because it sees only key - query differences, and within a row those are the same whether
 counted from the row's first real token or from column 0.
 
-Adding a scheme: one class here, registered in POSITIONS, its name in
-`xfmr.nn.config.POS_NAMES`, and one YAML file in conf/pos/.
+Adding a scheme to xfmr: one class here, registered in POSITIONS, its name in
+`xfmr.nn.config.POS_NAMES`, and one YAML file in conf/pos/. A scheme of your own needs none of
+that: a class and a YAML file in your --config-dir (`xfmr.nn.parts`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import ClassVar
 
 import torch
 from torch import nn
+
+from xfmr.nn.config import TARGET, ModelConfig
+from xfmr.nn.parts import build_part
 
 Rotation = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, hd), or (B, 1, T, hd) per row
 
@@ -396,3 +400,33 @@ def build_positions(
         sinusoid_scale=sinusoid_scale,
     )
     return scheme(**{key: arguments[key] for key in scheme.options})
+
+
+def scheme_of(config: ModelConfig, *, bidirectional: bool) -> PositionScheme:
+    """The config's positional scheme for one stack (causal stacks are not bidirectional)."""
+    pos = config.pos
+    if pos.target is None:
+        return build_positions(
+            pos.name,
+            d_model=config.d_model,
+            max_positions=pos.max_positions,
+            n_heads=config.n_heads,
+            bidirectional=bidirectional,
+            num_buckets=pos.num_buckets,
+            max_distance=pos.max_distance,
+            rotary_base=pos.rotary_base,
+            sinusoid_scale=config.sinusoid_scale,
+        )
+    facts = dict(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        head_dim=config.head_dim,
+        max_positions=pos.max_positions,
+        bidirectional=bidirectional,
+        sinusoid_scale=config.sinusoid_scale,
+        init_std=config.init_std,
+    )
+    scheme = build_part("model.pos", {TARGET: pos.target, **pos.options}, facts)
+    if not isinstance(scheme, PositionScheme):
+        raise TypeError(f"model.pos._target_={pos.target} is not a PositionScheme")
+    return scheme

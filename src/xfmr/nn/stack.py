@@ -8,8 +8,8 @@ from torch import nn
 
 from xfmr.nn.attention import KVCache, fold_masks, padding_mask
 from xfmr.nn.config import ModelConfig
-from xfmr.nn.layers import Block, build_norm
-from xfmr.nn.positions import build_positions
+from xfmr.nn.layers import Block, norm_of
+from xfmr.nn.positions import scheme_of
 from xfmr.nn.weights import ParameterCount
 
 
@@ -48,21 +48,13 @@ class TransformerStack(ParameterCount, nn.Module):
             tok_emb if tok_emb is not None else nn.Embedding(config.vocab_size, config.d_model)
         )
         self.type_emb = nn.Embedding(type_vocab_size, config.d_model) if type_vocab_size else None
-        self.pos = build_positions(
-            config.pos.name,
-            d_model=config.d_model,
-            max_positions=config.pos.max_positions,
-            n_heads=config.n_heads,
-            bidirectional=not causal,
-            num_buckets=config.pos.num_buckets,
-            max_distance=config.pos.max_distance,
-            rotary_base=config.pos.rotary_base,
-            sinusoid_scale=config.sinusoid_scale,
-        )
-        self.embed_norm = _norm(config) if config.embed_norm else None
+        self.pos = scheme_of(config, bidirectional=not causal)
+        self.embed_norm = norm_of(config) if config.embed_norm else None
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(_block(config, cross_attention) for _ in range(n_layers))
-        self.final_norm = _norm(config) if config.placement == "pre" else nn.Identity()
+        self.blocks = nn.ModuleList(
+            Block(config, cross_attention=cross_attention) for _ in range(n_layers)
+        )
+        self.final_norm = norm_of(config) if config.placement == "pre" else nn.Identity()
 
     def embed(
         self,
@@ -156,24 +148,3 @@ class TransformerStack(ParameterCount, nn.Module):
             key_length=past + T,
             device=device,
         )
-
-
-def _norm(config: ModelConfig) -> nn.Module:
-    return build_norm(config.norm, config.d_model, eps=config.norm_eps, bias=config.bias)
-
-
-def _block(config: ModelConfig, cross_attention: bool) -> Block:
-    return Block(
-        d_model=config.d_model,
-        n_heads=config.n_heads,
-        d_ff=config.d_ff,
-        activation=config.activation,
-        norm=config.norm,
-        norm_eps=config.norm_eps,
-        placement=config.placement,
-        dropout=config.dropout,
-        attn_dropout=config.attn_dropout,
-        bias=config.bias,
-        scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
-        cross_attention=cross_attention,
-    )

@@ -15,7 +15,8 @@ def init_weights(model: nn.Module, config: ModelConfig) -> None:
 
     Norm gains stay at one, ALiBi and sinusoids have no parameters, and recurrent layers keep
     PyTorch's U(-1/sqrt(hidden), 1/sqrt(hidden)). A weight shared by two modules is initialised
-    once per module that holds it (the last draw wins); sharing makes that harmless.
+    once per module that holds it (the last draw wins); sharing makes that harmless. Then each
+    submodule with an `init_weights()` method (a part of one's own, `xfmr.nn.parts`) calls it.
     """
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
@@ -27,6 +28,9 @@ def init_weights(model: nn.Module, config: ModelConfig) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
+    for module in model.modules():  # a part of the person's own may set its own afterwards
+        if module is not model and callable(getattr(module, "init_weights", None)):
+            module.init_weights()
 
 
 class ParameterCount:

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from xfmr.checks import check_data
+from xfmr.checks import check_data, model_section
 from xfmr.errors import UserError
 from xfmr.nn.config import EXTENDING_POSITIONS
 from xfmr.objectives.registry import objective_facts
@@ -42,8 +42,8 @@ def check_length(run_config: DictConfig, data_config: DictConfig) -> None:
     """Windows longer than the run trained on need positions past that length, which learned
     positions have only as far as their table goes."""
     length, trained = data_config.get("block_size"), run_config.data.get("block_size")
-    pos = run_config.pos
-    if length is None or trained is None or length <= trained or pos.name != "learned":
+    pos = model_section(run_config)["pos"]
+    if length is None or trained is None or length <= trained or pos.get("name") != "learned":
         return
     table = pos.get("max_positions")
     if table is not None and length > table:

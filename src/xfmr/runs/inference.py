@@ -54,7 +54,7 @@ def input_limit(run: LoadedRun) -> tuple[int | None, str]:
     limits = []
     table = position_limit(run.model)
     if table is not None:
-        limits.append((table, f"pos.max_positions={table} (pos={run.model_config.pos.name})"))
+        limits.append((table, f"model.pos.max_positions={table} (pos={run.model_config.pos.name})"))
     block_size = run.config.get("data", {}).get("block_size")
     if block_size:
         limits.append(
@@ -104,7 +104,7 @@ def check_new_tokens(run: LoadedRun, task: TextTask, rows: list[list[int]], new:
         what = "the longest input's" if task.kind == "continue" else "the decoder start's"
         raise UserError(
             f"generation.max_new_tokens={new} after {what} {used} tokens needs "
-            f"{used + new - 1} positions, more than pos.max_positions={table}: set "
+            f"{used + new - 1} positions, more than model.pos.max_positions={table}: set "
             f"generation.max_new_tokens<={table - used + 1}"
         )
 

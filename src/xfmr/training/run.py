@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.checks import compile_mode, resolve_precision
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
+from xfmr.nn.config import ModelConfig, differences
 from xfmr.parts.build import Parts, Plan, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
@@ -384,13 +385,9 @@ def resolve_checkpoint(
             f"start a new run from it with init_from={ckpt_path}"
         )
     saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
-    differs = sorted(
-        k for k in set(saved) | set(model_config) if saved.get(k) != model_config.get(k)
-    )
+    differs = differences(ModelConfig.from_dict(saved), ModelConfig.from_dict(model_config))
     if differs:
-        detail = ", ".join(
-            f"{k}: checkpoint {saved.get(k)!r} vs config {model_config.get(k)!r}" for k in differs
-        )
+        detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(f"ckpt_path={ckpt_path!r} was trained with a different model ({detail})")
     return str(path)
 
