@@ -91,6 +91,7 @@ def test_fine_tune_keys_are_declared_on_the_fields() -> None:
     ("values", "needle"),
     [
         ({"arch": "rnn", "norm": "rmsnorm"}, "model.norm='rmsnorm' applies to arch in"),
+        ({"arch": "rnn", "qk_norm": "rmsnorm"}, "model.qk_norm='rmsnorm' applies to arch in"),
         ({"arch": "decoder", "type_vocab_size": 2}, "['encoder', 'encoder_decoder'] only"),
         (
             {"arch": "encoder", "rnn_cell": "gru"},

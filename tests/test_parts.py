@@ -1,6 +1,6 @@
 """Parts of a model plugged in from a person's own configs (`xfmr.nn.parts`): README's "Adding a
 positional scheme" run as written, and an attention and a feed-forward of one's own built from
-`_target_`."""
+`_target_`; and `model.qk_norm`, the key added to show what adding one takes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import torch
 
 from conftest import TINY, read_results, run_cli
 from xfmr.nn import build_model
+from xfmr.nn.attention import MultiHeadAttention
 from xfmr.nn.config import ModelConfig, PosConfig
+from xfmr.nn.norms import RMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("my_parts/learned_slopes.py", "my_configs/pos/learned_slopes.yaml")
@@ -133,7 +135,7 @@ def test_an_attention_and_a_feed_forward_of_ones_own(own_parts: str, arch: str) 
     assert blocks and all(type(b.attn).__name__ == "GatedAttention" for b in blocks)
     assert all(type(b.ffn).__name__ == "Doubled" and b.ffn.up.out_features == 144 for b in blocks)
     seen = blocks[0].attn.seen
-    assert seen["resid_dropout"] == 0.1, "facts handed in"
+    assert seen["resid_dropout"] == 0.1 and seen["qk_norm"] == "none", "facts handed in"
     assert torch.allclose(blocks[0].attn.gate.bias, torch.full((32,), 3.0))
     ids = torch.randint(0, 40, (2, 7))
     if arch == "encoder_decoder":
@@ -152,3 +154,37 @@ def test_a_part_that_is_no_class_is_refused_before_torch_builds_it() -> None:
         check_parts(config)
     with pytest.raises(ValueError, match="ffn=.* must be null or name a class"):
         ModelConfig(vocab_size=40, ffn={"width": 2})
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("qk_norm", ["rmsnorm", "layernorm"])
+def test_qk_norm_normalises_each_heads_q_and_k_before_rotation(qk_norm: str) -> None:
+    """With q and k normalised per head, scaling their projections changes nothing: the scores
+    no longer grow with the weights (OLMo 2, Qwen3)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=32, n_heads=4, qk_norm=qk_norm, bias=False).eval()
+    x = torch.randn(2, 6, 32)
+    before = mha(x, is_causal=True)
+    mha.qkv.weight[:64] *= 25.0  # the q and k rows
+    torch.testing.assert_close(mha(x, is_causal=True), before, rtol=1e-4, atol=1e-5)
+    plain = MultiHeadAttention(d_model=32, n_heads=4, bias=False).eval()
+    plain.load_state_dict(mha.state_dict(), strict=False)
+    assert not torch.allclose(plain(x, is_causal=True), before, atol=1e-3)
+    assert (type(mha.q_norm) is RMSNorm) == (qk_norm == "rmsnorm")
+    assert mha.q_norm.weight.shape == (8,), "over each head's channels"
+
+
+def test_qk_norm_is_refused_by_export_until_a_family_maps_it() -> None:
+    from xfmr.interop.hf_families import FAMILIES
+
+    gpt2 = FAMILIES["GPT2LMHeadModel"]
+    config = ModelConfig(vocab_size=40, qk_norm="rmsnorm")
+    assert gpt2.differences(config) == ["qk_norm='rmsnorm'"]
+    assert gpt2.nearest(config) == "model.qk_norm=none"
+    assert gpt2.differences(ModelConfig(vocab_size=40)) == []
+
+
+def test_a_checkpoint_from_before_qk_norm_reads_as_none() -> None:
+    saved = ModelConfig(vocab_size=40).to_dict()
+    del saved["qk_norm"], saved["attention"], saved["ffn"]
+    assert ModelConfig.from_dict(saved).qk_norm == "none"

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xfmr.nn.config import ModelConfig
+from xfmr.nn.norms import build_norm
 from xfmr.nn.positions import Rotation, apply_rotary
 
 
@@ -201,6 +202,8 @@ class _Attention(nn.Module):
         resid_dropout: float,
         bias: bool,
         scale: float | None,
+        qk_norm: str = "none",
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -209,6 +212,13 @@ class _Attention(nn.Module):
         self.scale = scale
         self.attn_dropout = attn_dropout
         self.resid_dropout = nn.Dropout(resid_dropout)
+        # q and k normalised over each head's channels, before positions (OLMo 2, Qwen3): the
+        # logits stay bounded whatever the projections' growth.
+        self.q_norm = self.k_norm = None
+        if qk_norm != "none":
+            head_dim = d_model // n_heads
+            self.q_norm = build_norm(qk_norm, head_dim, eps=norm_eps, bias=bias)
+            self.k_norm = build_norm(qk_norm, head_dim, eps=norm_eps, bias=bias)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> _Attention:
@@ -281,6 +291,8 @@ def attention_arguments(config: ModelConfig) -> dict[str, Any]:
         resid_dropout=config.dropout,
         bias=config.bias,
         scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
+        qk_norm=config.qk_norm,
+        norm_eps=config.norm_eps,
     )
 
 
@@ -294,6 +306,8 @@ class MultiHeadAttention(_Attention):
         resid_dropout: dropout on the output projection.
         bias: whether projections carry a bias.
         scale: factor on q.k; None is 1/sqrt(head_dim) (Vaswani et al. 2017, eq. 1), T5 uses 1.0.
+        qk_norm: none, layernorm or rmsnorm over each head's q and k, before rotation.
+        norm_eps: that norm's epsilon.
     """
 
     def __init__(
@@ -305,6 +319,8 @@ class MultiHeadAttention(_Attention):
         resid_dropout: float = 0.0,
         bias: bool = True,
         scale: float | None = None,
+        qk_norm: str = "none",
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(
             d_model=d_model,
@@ -313,6 +329,8 @@ class MultiHeadAttention(_Attention):
             resid_dropout=resid_dropout,
             bias=bias,
             scale=scale,
+            qk_norm=qk_norm,
+            norm_eps=norm_eps,
         )
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
@@ -341,6 +359,8 @@ class MultiHeadAttention(_Attention):
         q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotation is not None:
             q, k = apply_rotary(q, *rotation), apply_rotary(k, *rotation)
         if cache is not None:
@@ -371,6 +391,8 @@ class CrossAttention(_Attention):
         resid_dropout: float = 0.0,
         bias: bool = True,
         scale: float | None = None,
+        qk_norm: str = "none",
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(
             d_model=d_model,
@@ -379,6 +401,8 @@ class CrossAttention(_Attention):
             resid_dropout=resid_dropout,
             bias=bias,
             scale=scale,
+            qk_norm=qk_norm,
+            norm_eps=norm_eps,
         )
         self.q = nn.Linear(d_model, d_model, bias=bias)
         self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
@@ -403,6 +427,11 @@ class CrossAttention(_Attention):
         else:
             k, v = self.kv(context).split(x.size(-1), dim=2)
             k, v = self._heads(k), self._heads(v)  # (B, nh, S, hs)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
             if cache is not None:
                 cache.cross_keys, cache.cross_values = k, v
-        return self._attend(self._heads(self.q(x)), k, v, mask, False)
+        q = self._heads(self.q(x))  # (B, nh, T, hs)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        return self._attend(q, k, v, mask, False)

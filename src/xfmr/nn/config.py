@@ -25,6 +25,7 @@ from typing import Any
 ARCHS = ("decoder", "encoder", "encoder_decoder", "rnn")
 TRANSFORMER_ARCHS = ("decoder", "encoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm")
+QK_NORMS = ("none", *NORMS)
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
@@ -198,6 +199,12 @@ class ModelConfig:
         choices=PLACEMENTS,
     )
     bias: bool = key(True, "biases in projections and norms", archs=TRANSFORMER_ARCHS, exports=True)
+    qk_norm: str = key(
+        "none",
+        "q and k normalised per head before positions (OLMo 2, Qwen3)",
+        archs=TRANSFORMER_ARCHS,
+        choices=QK_NORMS,
+    )
     tie_embeddings: bool = key(
         True, "the LM head is the token embedding (Press & Wolf 2017)", fine_tune=True, exports=True
     )
