@@ -101,7 +101,7 @@ def test_own_experiment_from_config_dir_trains(tmp_path: Path, corpus: Path) -> 
     )
     assert result.returncode == 0, result.output
     config = OmegaConf.load(run_dir / "config.yaml")
-    assert (config.pos.name, config.seed, config.optim.lr) == ("rotary", 4242, 2.5e-3)
+    assert (config.model.pos.name, config.seed, config.optim.lr) == ("rotary", 4242, 2.5e-3)
     assert (run_dir / "results.json").is_file()
 
 

@@ -27,11 +27,11 @@ MARGIN = 0.3  # nats below the unigram loss that count as learning more than let
 
 
 def sections(overrides: list[str]) -> dict:
-    """The composed config's model and pos sections, resolved."""
+    """The composed config's model section (positions under it), resolved."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    return {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "pos")}
+    return {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model",)}
 
 
 def words_corpus() -> str:

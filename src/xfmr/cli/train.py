@@ -19,6 +19,7 @@ from xfmr.cli.common import fail, print_config_tree
 from xfmr.cli.run_dir import discard_unused_run_dir
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.paths import config_dir
+from xfmr.schema import SCHEMA_GROUP, SCHEMA_NAME
 
 PROG = "xfmr-train"
 _TREE_ORDER = (
@@ -175,8 +176,13 @@ def help_text(argv: list[str], conf: Path) -> str | None:
         return None
     help_cfg = OmegaConf.create({"hydra": {"help": OmegaConf.load(conf / "hydra/help/xfmr.yaml")}})
     template = str(help_cfg.hydra.help.template)
-    groups = sorted(_groups(config_dirs))
-    listing = "".join(f"{g}: {', '.join(group_choices(g, config_dirs))}\n" for g in groups)
+    # The model's schema is a group too, registered in Hydra's ConfigStore (`xfmr.schema`).
+    stored = {SCHEMA_GROUP: [SCHEMA_NAME]}
+    groups = sorted(_groups(config_dirs) | set(stored))
+    listing = "".join(
+        f"{g}: {', '.join(sorted({*group_choices(g, config_dirs), *stored.get(g, [])}))}\n"
+        for g in groups
+    )
     try:
         return string.Template(template).substitute(APP_CONFIG_GROUPS=listing)
     except (KeyError, ValueError):  # a placeholder only Hydra fills
