@@ -26,12 +26,12 @@ from xfmr.api.composing import TASK_NAME, Experiment
 from xfmr.api.runs import Run
 from xfmr.checks import check_config
 from xfmr.errors import RunFailed, RunInterrupted, UserError
-from xfmr.run_dir.files import CHECKPOINT_DIR, make_writable_dir
+from xfmr.run_dir.files import CHECKPOINT_DIR, RESULTS_FILE, make_writable_dir
 
 log = logging.getLogger("xfmr")
 
 # What a run that began training leaves in its directory.
-_TRAINED = (CHECKPOINT_DIR, "results.json")
+_TRAINED = (CHECKPOINT_DIR, RESULTS_FILE)
 # The loggers a run configures: the root (console and train.log), xfmr's, and Lightning's
 # (`xfmr.training.run.tidy_lightning_logging` sends theirs through the root).
 _LOGGERS = ("", "xfmr", "lightning", "lightning.pytorch", "lightning.fabric")

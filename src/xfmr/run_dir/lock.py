@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import LOCK_FILE
 
-LOCK_FILE = ".lock"
 # The environment that names this process's global rank: torchrun and xfmr's own DDP launcher
 # (RANK), SLURM (SLURM_PROCID), a single node's launchers (LOCAL_RANK).
 _RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")

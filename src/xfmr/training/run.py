@@ -28,6 +28,14 @@ from xfmr.files import atomic_path, write_json
 from xfmr.parts.build import Parts, Plan, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DDP_LOG_DIR,
+    LAST_CHECKPOINT,
+    PERIODIC_GLOB,
+    RESULTS_FILE,
+)
 from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
@@ -39,9 +47,6 @@ from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
 
 log = logging.getLogger("xfmr")
-
-RESULTS_FILE = "results.json"
-CONFIG_FILE = "config.yaml"
 
 
 def train(
@@ -151,12 +156,12 @@ def fit_run(
     )
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
     launcher = (
-        LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp")
+        LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / DDP_LOG_DIR)
         if nprocs > 1
         else nullcontext()
     )
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
-    stop_on_signal = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
+    stop_on_signal = StopOnSignal(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
     earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
@@ -219,7 +224,7 @@ def _close(
     if not validated or summary.monitor not in trainer.callback_metrics:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     try:
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        trainer.save_checkpoint(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
     except DiskFull as e:
         return str(e), "failed"
     return None, status
@@ -369,7 +374,7 @@ def resolve_checkpoint(
     `step-*.ckpt`, if any; checked before any training so a wrong file fails fast and nothing
     already saved is touched."""
     if not ckpt_path:
-        newest = newest_checkpoint(run_dir / "checkpoints")
+        newest = newest_checkpoint(run_dir / CHECKPOINT_DIR)
         if newest is None:
             return None
         ckpt_path = str(newest)
@@ -398,7 +403,8 @@ def resolve_checkpoint(
 def newest_checkpoint(directory: Path) -> Path | None:
     """The checkpoint a run resumes from: the last written of `last.ckpt` and `step-*.ckpt`
     (every one is written whole, then renamed into place)."""
-    found = [p for p in (directory / "last.ckpt", *directory.glob("step-*.ckpt")) if p.is_file()]
+    candidates = (directory / LAST_CHECKPOINT, *directory.glob(PERIODIC_GLOB))
+    found = [p for p in candidates if p.is_file()]
     return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
