@@ -22,7 +22,6 @@ from xfmr.paths import config_dir
 
 PROG = "xfmr-train"
 _TREE_ORDER = (
-    "experiment",
     "model",
     "pos",
     "data",
