@@ -238,12 +238,12 @@ def print_table(rows: list[Row], shape: Shape, fpt: float, peaks: dict[str, floa
 
 def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
     """A few bf16-mixed training steps of the same GPT under torch.profiler, through xfmr's
-    own `train(cfg)` (Lightning, data loading, optimizer and all)."""
+    own `run_training(cfg)` (Lightning, data loading, optimizer and all)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from xfmr.paths import config_dir
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     run_dir = out / "xfmr-profile"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -260,7 +260,7 @@ def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
     ]
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    train(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    run_training(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
 
 
 def main() -> None:

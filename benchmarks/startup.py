@@ -17,7 +17,7 @@ Phases, in order:
 - compose: `main()` to `check_config`: Hydra reads the command line and the config tree.
 - check: `check_config`.
 - lock + config tree: to the heavy imports: the run directory locked, the config printed.
-- torch + Lightning imports: `import xfmr.training.run` (in `xfmr.api.training._train`).
+- torch + Lightning imports: `import xfmr.training.run` (in `xfmr.api.training.fit_checked`).
 - data module, tokenizer, model: the parts (`build_parts`, in its order), the tokenizer trained
   or read from the cache, the model with fresh weights.
 - module + loggers: the LightningModule, loggers and callbacks, up to `Trainer(...)`.
@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 PHASES = [
@@ -121,26 +122,28 @@ def child(marks_file: Path, overrides: list[str]) -> None:
 
     MARKS["cli"] = time.time()
     _stamp(cli, "check_config", "check")
-    import xfmr.api.training as training  # where the CLI's job imports the heavy parts
+    import xfmr.run_dir.lock as lock  # the CLI's job takes it, then imports the heavy parts
 
-    heavy_train = training._train
+    hold_run_dir = lock.hold_run_dir
 
-    def _train(cfg, overrides):
-        MARKS["imports"] = time.time()
-        import lightning
+    @contextmanager
+    def timed_hold(run_dir):
+        with hold_run_dir(run_dir):
+            MARKS["imports"] = time.time()
+            import lightning
 
-        import xfmr.parts.build as build
-        import xfmr.training.run  # noqa: F401 - what the CLI imports here
+            import xfmr.parts.build as build
+            import xfmr.training.run  # noqa: F401 - what the CLI imports here
 
-        MARKS["imports_end"] = time.time()
-        _stamp(build, "prepare_tokenizer", "tokenizer")
-        _stamp(build, "data_module", "data", wrap_setup=True)
-        _stamp(xfmr.training.run, "build_parts", "parts")
-        _stamp(lightning.Trainer, "__init__", "trainer")
-        _stamp(lightning.Trainer, "fit", "fit")
-        return heavy_train(cfg, overrides)
+            MARKS["imports_end"] = time.time()
+            _stamp(build, "prepare_tokenizer", "tokenizer")
+            _stamp(build, "data_module", "data", wrap_setup=True)
+            _stamp(xfmr.training.run, "build_parts", "parts")
+            _stamp(lightning.Trainer, "__init__", "trainer")
+            _stamp(lightning.Trainer, "fit", "fit")
+            yield
 
-    training._train = _train
+    lock.hold_run_dir = timed_hold
     sys.argv = ["xfmr-train", *overrides]
     MARKS["main"] = time.time()
     cli.main()

@@ -5,10 +5,10 @@
 For each start method of xfmr's launcher (`hydra.launcher.start_method`) it runs
 `xfmr-train -m ... seed=1..16` (tiny model, a small text corpus the script writes, one worker)
 and times the whole command; then one process that composes the same 16 configs and calls
-`xfmr.training.run.train` on each in a loop, timed as a whole command too. A callback records
-the wall clock at each run's first training step, so the table also shows, per job, the time
-from its launch (the sweep's `job N started` line) or its `train()` call to that step: the
-start-up is the sweep's figure less the in-process one. Every run is given
+`xfmr.training.run.run_training` on each in a loop, timed as a whole command too. A callback
+records the wall clock at each run's first training step, so the table also shows, per job, the
+time from its launch (the sweep's `job N started` line) or its `run_training()` call to that
+step: the start-up is the sweep's figure less the in-process one. Every run is given
 `throughput.peak_tflops` so none spends time measuring the CPU's peak.
 """
 
@@ -129,7 +129,7 @@ def train_in_one_process(out: Path, steps: int, jobs: int) -> None:
 
     from xfmr.checks import check_config
     from xfmr.paths import config_dir
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     corpus = out / "corpus.txt"
     train_s, to_first_step = 0.0, []
@@ -148,7 +148,7 @@ def train_in_one_process(out: Path, steps: int, jobs: int) -> None:
         check_config(cfg)
         cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
         started = time.time()
-        train(cfg)
+        run_training(cfg)
         train_s += time.time() - started
         to_first_step.append(_first_step(run_dir) - started)
     print(json.dumps({"train_s": train_s, "to_first_step": to_first_step}))
@@ -182,7 +182,7 @@ def main() -> None:
             f"| {row['how']} | {row['wall']:.1f} | {row['wall'] / args.jobs:.2f} | "
             f"{median:.2f} | {median - first_step:.2f} |"
         )
-    print(f"in one process: train() {baseline['train_s']:.1f} s of {baseline['wall']:.1f} s")
+    print(f"in one process: run_training() {baseline['train_s']:.1f} s of {baseline['wall']:.1f} s")
     for row in rows:
         extra = (row["wall"] - baseline["wall"]) / args.jobs
         print(f"{row['how']}: {extra:+.2f} s per job beyond one process (wall)")

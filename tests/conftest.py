@@ -127,12 +127,14 @@ def read_results(run_dir: Path) -> dict:
 
 
 def compose_config(tmp_path: Path, overrides: list[str]):
-    """The real config tree composed for an in-process `train(cfg)`, resolved as the CLI would,
-    outputs under tmp_path; on a tiny text corpus the test writes unless `data=` is given."""
+    """The real config tree composed for an in-process `run_training(cfg)`, resolved as the CLI
+    would (trainer.precision=auto chosen for this machine, as `check_config` does), outputs under
+    tmp_path; on a tiny text corpus the test writes unless `data=` is given."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from xfmr.checks import resolve_precision
     from xfmr.paths import config_dir
 
     corpus = tmp_path / "corpus.txt"
@@ -160,7 +162,9 @@ def compose_config(tmp_path: Path, overrides: list[str]):
                 *overrides,
             ],
         )
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    resolve_precision(resolved)
+    return resolved
 
 
 # Modules whose tests train, start processes or compose every combination (most of the suite's

@@ -298,7 +298,7 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 def test_mlm_then_mlm_nsp_then_nsp_runs_carry_their_weights(tmp_path: Path) -> None:
     """objective=mlm (BERT's head) -> mlm_nsp on documents -> nsp, two steps each, init_from."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     docs = _write_documents(tmp_path / "docs.txt", 24, sentences=4)
     encoder = ["arch=encoder", "size=tiny", "tokenizer=wordpiece", "tokenizer.vocab_size=100"]
@@ -307,11 +307,11 @@ def test_mlm_then_mlm_nsp_then_nsp_runs_carry_their_weights(tmp_path: Path) -> N
     for out in runs.values():
         out.mkdir()
 
-    train(compose_config(runs["mlm"], [*encoder, "objective=mlm"]))
+    run_training(compose_config(runs["mlm"], [*encoder, "objective=mlm"]))
     mlm_names = set(_weights(runs["mlm"] / "run"))
     assert {n.split(".")[0] for n in mlm_names} == {"backbone", "mlm"}
 
-    results = train(
+    results = run_training(
         compose_config(
             runs["mlm_nsp"],
             [*encoder, "objective=mlm_nsp", *documents, f"init_from={runs['mlm'] / 'run'}"],
@@ -334,7 +334,7 @@ def test_mlm_then_mlm_nsp_then_nsp_runs_carry_their_weights(tmp_path: Path) -> N
     assert metrics["val/loss"] > math.log(metrics["val/mlm_ppl"]), "loss = MLM + NSP"
 
     pretrained = _weights(runs["mlm_nsp"] / "run")
-    results = train(
+    results = run_training(
         compose_config(
             runs["nsp"],
             [*encoder, "objective=nsp", *documents, f"init_from={runs['mlm_nsp'] / 'run'}"],
@@ -351,7 +351,7 @@ def test_mlm_then_mlm_nsp_then_nsp_runs_carry_their_weights(tmp_path: Path) -> N
 def test_a_hugging_face_bert_continues_pretraining_with_mlm_and_nsp(tmp_path: Path) -> None:
     """init_from=hf:PATH with objective=mlm_nsp loads every BertForPreTraining tensor."""
     transformers = pytest.importorskip("transformers")
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     docs = _write_documents(tmp_path / "docs.txt", 12)
     spec = TokenizerSpec(kind="wordpiece", vocab_size=100)
@@ -370,7 +370,9 @@ def test_a_hugging_face_bert_continues_pretraining_with_mlm_and_nsp(tmp_path: Pa
     tokenizer.save(tmp_path / "bert" / "tokenizer.json")
     overrides = ["arch=encoder", "objective=mlm_nsp", "data=documents", f"data.path={docs}"]
     overrides += ["objective.max_length=32", f"init_from=hf:{tmp_path / 'bert'}"]
-    results = train(compose_config(tmp_path, [*overrides, "optim.lr=0.0", "schedule=constant"]))
+    results = run_training(
+        compose_config(tmp_path, [*overrides, "optim.lr=0.0", "schedule=constant"])
+    )
     assert results["n_parameters"] == sum(p.numel() for p in hf.parameters())
     weights = _weights(tmp_path / "run")
     hf_weights = hf.state_dict()

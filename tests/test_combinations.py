@@ -144,11 +144,11 @@ def test_valid_combination_passes_the_check(
 def test_valid_combination_trains_two_steps(
     tmp_path: Path, arch: str, pos: str, objective: str
 ) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = _compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"])
     check_config(cfg)
-    results = train(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    results = run_training(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
     assert results["step"] == 2
     assert math.isfinite(results["metrics"]["val/loss"])
     assert (tmp_path / "run" / "tokenizer.json").is_file()

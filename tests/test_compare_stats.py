@@ -244,7 +244,8 @@ def test_a_searchs_importance_comes_from_its_stored_study(tmp_path: Path) -> Non
     """The study in the sweep's journal, not the runs: here the two differ on purpose."""
     import optuna
 
-    from xfmr.sweeps.search import JOURNAL_FILE, open_storage
+    from xfmr.run_dir.files import JOURNAL_FILE
+    from xfmr.sweeps.search import open_storage
 
     root = grid(tmp_path / "search", 12)
     storage = str(root / JOURNAL_FILE)

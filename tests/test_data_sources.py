@@ -151,7 +151,7 @@ def test_labelled_kind_trains_a_classifier_end_to_end(tmp_path: Path) -> None:
     """Twelve alternating reviews hold out three, of both labels, so no constant answer scores
     above 2/3. The classifier trained on the other nine gets all three right, and its validation
     loss falls to a fraction of its first value and of chance, ln 2."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     rows = [{"text": "warm fine film", "label": "good"}, {"text": "cold dull film", "label": "bad"}]
     data_file = _jsonl(tmp_path / "reviews.jsonl", rows * 6)
@@ -182,7 +182,7 @@ def test_labelled_kind_trains_a_classifier_end_to_end(tmp_path: Path) -> None:
         ],
     )
     check_config(cfg)
-    results = train(cfg)
+    results = run_training(cfg)
     assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["bad", "good"]
     losses = [h["val/loss"] for h in results["history"]]
     assert [h["step"] for h in results["history"]] == [10, 20, 30, 40]
@@ -315,7 +315,7 @@ def test_parallel_jsonl_trains_seq2seq_end_to_end(tmp_path: Path) -> None:
     newline joining lines, and the specials), so the run read those fields and no JSON around
     them; and the model learns the pairs: the validation loss falls below 0.6 of the first
     one and below half of ln(V), where an untrained model starts."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     files = _parallel_jsonl(tmp_path)
     cfg = compose_config(
@@ -334,7 +334,7 @@ def test_parallel_jsonl_trains_seq2seq_end_to_end(tmp_path: Path) -> None:
         ],
     )
     check_config(cfg)  # the aligned-file keys left null are fine when the JSONL ones are set
-    results = train(cfg)
+    results = run_training(cfg)
     vocab = json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"]
     rows = [json.loads(line) for line in files["train_path"].read_text().splitlines()]
     specials = {"<unk>", "<pad>", "<s>", "</s>"}

@@ -96,12 +96,12 @@ def test_only_learned_positions_cannot_extend_past_their_table() -> None:
 
 
 def _train(tmp: Path, overrides: list[str]) -> Path:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(
         tmp, ["size=tiny", "callbacks.text_sample=null", "trainer.max_steps=3", *overrides]
     )
-    train(cfg)
+    run_training(cfg)
     return Path(cfg.paths.output_dir)
 
 

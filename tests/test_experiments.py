@@ -199,7 +199,7 @@ class Runs:
         return self.results[experiment]
 
     def _train(self, experiment: str) -> tuple[dict, Path]:
-        from xfmr.training.run import train
+        from xfmr.training.run import run_training
 
         expected = EXPERIMENTS[experiment]
         group = _data_group(experiment)
@@ -212,7 +212,7 @@ class Runs:
         overrides = [f"experiment={experiment}", f"data={group}", *TINY_DATA[group](out), *SHRINK]
         if expected.needs_run:
             overrides.append(f"init_from={self.get(expected.needs_run)[1]}")
-        results = train(compose_config(out, [*overrides, *expected.overrides]))
+        results = run_training(compose_config(out, [*overrides, *expected.overrides]))
         return results, out / "run"
 
 

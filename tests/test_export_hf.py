@@ -161,7 +161,7 @@ HF_CLASSES = {
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """name -> (xfmr LoadedRun, HF folder): each tiny run trained and exported once, on use."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     data = _data(tmp_path_factory.mktemp("data"))
     done: dict[str, tuple] = {}
@@ -169,7 +169,9 @@ def exported(tmp_path_factory):
     def get(name: str):
         if name not in done:
             root = tmp_path_factory.mktemp(name)
-            train(compose_config(root, [*_runs(data)[name], "trainer.enable_model_summary=false"]))
+            run_training(
+                compose_config(root, [*_runs(data)[name], "trainer.enable_model_summary=false"])
+            )
             result = export_hf(root / "run", root / "hf")
             assert result["hf_class"] == HF_CLASSES[name]
             done[name] = (load_run(root / "run"), root / "hf")
@@ -409,7 +411,7 @@ def test_t5_logits_generation_and_pipeline(exported, name: str) -> None:
 def _init_from(exported, tmp_path: Path, source: str, target: str) -> tuple[dict, object]:
     """Train `target`'s run for one step at lr 0 from `source`'s export: its weights are the
     export's. Returns results.json's init_from report and the new run."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     _, folder = exported(source)
     data = _data(tmp_path)
@@ -425,7 +427,7 @@ def _init_from(exported, tmp_path: Path, source: str, target: str) -> tuple[dict
             "trainer.enable_model_summary=false",
         ],
     )
-    results = train(cfg)
+    results = run_training(cfg)
     return results["init_from"], load_run(tmp_path / "run")
 
 
@@ -470,9 +472,11 @@ def test_a_bert_checkpoint_starts_every_bert_objective(exported, tmp_path, objec
 
 
 def test_an_rnn_run_is_refused_and_nothing_written(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
-    train(compose_config(tmp_path, ["arch=rnn", "size=tiny", "trainer.enable_model_summary=false"]))
+    run_training(
+        compose_config(tmp_path, ["arch=rnn", "size=tiny", "trainer.enable_model_summary=false"])
+    )
     with pytest.raises(
         UserError,
         match=r"arch=rnn .* transformers has no recurrent .* nearest that exports: arch=decoder pos=learned",

@@ -66,7 +66,7 @@ def _unpack(windows) -> list[int]:
 
 
 def test_streamed_text_trains_end_to_end_across_epochs(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     data_file = _jsonl(tmp_path / "rows.jsonl", [{"text": row} for row in ROWS])
     cfg = compose_config(
@@ -87,7 +87,7 @@ def test_streamed_text_trains_end_to_end_across_epochs(tmp_path: Path) -> None:
         ],
     )
     check_config(cfg)
-    results = train(cfg)
+    results = run_training(cfg)
     assert results["step"] == 30
     assert math.isfinite(results["metrics"]["val/loss"])
     assert (tmp_path / "run" / "tokenizer.json").is_file()

@@ -102,7 +102,7 @@ def _count(tmp_path: Path, overrides: list[str]) -> CountReads:
         *fitting(callbacks, loggers, tokenizer),
     ]
     try:
-        run.train(cfg)
+        run.run_training(cfg)
     finally:
         run._fitting = fitting
     return counter
@@ -166,7 +166,7 @@ def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
     fitting = run._fitting
     run._fitting = lambda *args: [NoWaits(), *fitting(*args)]
     try:
-        results = run.train(cfg)
+        results = run.run_training(cfg)
     finally:
         run._fitting = fitting
         torch.cuda.set_sync_debug_mode("default")

@@ -27,14 +27,14 @@ def _gpt2_checkpoint(path: Path) -> transformers.GPT2LMHeadModel:
 
 
 def test_run_starts_from_the_checkpoint_weights(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     hf = _gpt2_checkpoint(tmp_path / "gpt2")
     # lr 0: the saved weights are the loaded ones.
     cfg = compose_config(
         tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "optim.lr=0.0", "schedule=constant"]
     )
-    results = train(cfg)
+    results = run_training(cfg)
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     weights = state["state_dict"]
     hf_weights = hf.state_dict()
@@ -52,12 +52,12 @@ def test_run_starts_from_the_checkpoint_weights(tmp_path: Path) -> None:
 
 
 def test_block_longer_than_checkpoint_positions_is_refused(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     _gpt2_checkpoint(tmp_path / "gpt2")
     cfg = compose_config(tmp_path, [f"init_from=hf:{tmp_path / 'gpt2'}", "data.block_size=64"])
     with pytest.raises(UserError, match="data.block_size=64 .* 32 learned positions"):
-        train(cfg)
+        run_training(cfg)
 
 
 def test_missing_checkpoint_files_are_named(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ class SummaryProbe(L.Callback):
 
 
 def _train(tmp_path: Path, overrides: list[str]) -> dict:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(
         tmp_path,
@@ -53,7 +53,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    return train(cfg)
+    return run_training(cfg)
 
 
 def _printed(capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> str:

@@ -26,7 +26,7 @@ def _fault(name: str, steps: list[int]) -> str:
 
 
 def _train(tmp_path: Path, overrides: list[str]) -> dict:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     record = tmp_path / "steps.json"
     cfg = compose_config(
@@ -41,7 +41,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    return train(cfg)
+    return run_training(cfg)
 
 
 def _steps(tmp_path: Path) -> dict[int, dict]:

@@ -69,11 +69,11 @@ def test_an_unknown_precision_is_refused_naming_auto() -> None:
 
 def _history(tmp_path: Path, *overrides: str) -> tuple[str, list[dict]]:
     from conftest import read_results
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     tmp_path.mkdir(exist_ok=True)
     cfg = compose_config(tmp_path, ["size=tiny", "trainer.accelerator=cpu", *overrides])
-    train(cfg)
+    run_training(cfg)
     results = read_results(Path(cfg.paths.output_dir))
     return results["precision"], [
         {k: v for k, v in row.items() if k != "time_s"} for row in results["history"]

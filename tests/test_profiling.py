@@ -229,7 +229,7 @@ def test_a_cpu_trace_charges_the_top_level_operators_time_and_no_annotation(
 def test_the_callback_prints_where_a_training_step_goes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     trace = tmp_path / "profile" / "trace.json"
     cfg = compose_config(
@@ -246,7 +246,7 @@ def test_the_callback_prints_where_a_training_step_goes(
             f"+callbacks.profile.trace_path={trace}",
         ],
     )
-    train(cfg)
+    run_training(cfg)
     out = capsys.readouterr().out
     assert "2 steps profiled: " in out and "ms/step of CPU time in operators" in out, out
     assert "| where | ms/step | share |" in out and "| total |" in out and "| 100.0% |" in out

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from conftest import compose_config
 from xfmr.paths import config_dir
 from xfmr.training.callbacks import StepProgressBar
-from xfmr.training.run import train
+from xfmr.training.run import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,7 +65,7 @@ def _train_with_bar(tmp_path: Path, overrides: list[str]) -> tuple[dict, Recorde
     assert shipped._target_ == "xfmr.training.callbacks.StepProgressBar"
     cfg.callbacks.progress_bar = {**shipped, "_target_": f"{__name__}.RecordedBar"}
     RecordedBar.last = None
-    results = train(cfg)
+    results = run_training(cfg)
     assert RecordedBar.last is not None, "the configured bar was not used"
     return results, RecordedBar.last
 

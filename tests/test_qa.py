@@ -288,12 +288,12 @@ def test_qa_needs_question_data_and_two_segments(tmp_path: Path) -> None:
 def test_bert_squad_after_mlm_pretraining_runs_and_reports_em_and_f1(tmp_path: Path) -> None:
     """BERT's two steps: masked-LM pretraining, then experiment=bert_squad from its weights."""
     from xfmr.checks import check_config
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     pre = tmp_path / "mlm"
     pre.mkdir()
     encoder = ["arch=encoder", "size=tiny", "tokenizer=wordpiece", "tokenizer.vocab_size=120"]
-    train(compose_config(pre, [*encoder, "objective=mlm", "model.pos.max_positions=128"]))
+    run_training(compose_config(pre, [*encoder, "objective=mlm", "model.pos.max_positions=128"]))
 
     path = _tiny_squad(tmp_path / "tiny.json")
     squad = ["data=squad", f"data.train_path={path}", f"data.val_path={path}"]
@@ -302,7 +302,7 @@ def test_bert_squad_after_mlm_pretraining_runs_and_reports_em_and_f1(tmp_path: P
     check_config(compose_config(tmp_path, [*overrides, "tokenizer.vocab_size=120"]))
     fine = tmp_path / "qa"
     fine.mkdir()
-    results = train(compose_config(fine, [*overrides, f"init_from={pre / 'run'}"]))
+    results = run_training(compose_config(fine, [*overrides, f"init_from={pre / 'run'}"]))
 
     assert results["step"] == 2
     metrics = results["metrics"]

@@ -137,7 +137,7 @@ def test_a_full_disk_during_training_fails_the_run_and_keeps_its_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from xfmr.training import checkpoint_saving
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     saves = []
     real_save = torch.save
@@ -155,7 +155,7 @@ def test_a_full_disk_during_training_fails_the_run_and_keeps_its_checkpoints(
     with pytest.raises(
         RunFailed, match=r"no space left on the device to write .*checkpoints/"
     ) as e:
-        train(cfg)
+        run_training(cfg)
     assert "is intact" in str(e.value)
     run_dir = Path(cfg.paths.output_dir)
     results = read_results(run_dir)
@@ -173,7 +173,7 @@ def test_running_out_of_memory_names_the_settings_to_lower(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from xfmr.training.module import XfmrModule
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     def allocate(self, batch, batch_idx):
         raise RuntimeError(
@@ -184,7 +184,7 @@ def test_running_out_of_memory_names_the_settings_to_lower(
     monkeypatch.setattr(XfmrModule, "training_step", allocate)
     cfg = compose_config(tmp_path, ["size=tiny", "print_config=false"])
     with pytest.raises(RunFailed, match="out of memory during training") as e:
-        train(cfg)
+        run_training(cfg)
     for setting in ("data.batch_size=4", "data.block_size=16", "trainer.precision=32-true"):
         assert setting in str(e.value)
     results = read_results(Path(cfg.paths.output_dir))
@@ -311,7 +311,7 @@ def test_a_run_keeps_its_labels_when_the_training_file_moves_or_changes(
 ) -> None:
     from xfmr.cli.eval import main as eval_main
     from xfmr.runs.loading import load_run
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     train_file, val_file = tmp_path / "train.tsv", tmp_path / "val.tsv"
     train_file.write_text(LABELLED)
@@ -321,7 +321,7 @@ def test_a_run_keeps_its_labels_when_the_training_file_moves_or_changes(
     cfg = compose_config(
         tmp_path, [*encoder, "objective=classification", *data, "callbacks.text_sample=null"]
     )
-    train(cfg)
+    run_training(cfg)
     run_dir = Path(cfg.paths.output_dir)
     assert json.loads((run_dir / "labels.json").read_text()) == ["neg", "pos"]
 

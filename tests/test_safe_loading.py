@@ -35,10 +35,12 @@ class _WritesMarker:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """A tiny causal LM (tied embedding and head), trained in process for two steps."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     tmp = tmp_path_factory.mktemp("run")
-    train(compose_config(tmp, ["size=tiny", "print_config=false", "callbacks.text_sample=null"]))
+    run_training(
+        compose_config(tmp, ["size=tiny", "print_config=false", "callbacks.text_sample=null"])
+    )
     return tmp / "run"
 
 
@@ -139,7 +141,7 @@ def test_resume_loads_the_checkpoint_with_weights_only(
     run: Path, tmp_path: Path, monkeypatch
 ) -> None:
     """Lightning's own load of ckpt_path (Trainer.fit) asks torch for weights_only too."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     asked = []
     load = torch.load
@@ -151,7 +153,7 @@ def test_resume_loads_the_checkpoint_with_weights_only(
     monkeypatch.setattr(torch, "load", recording_load)
     ckpt = run / "checkpoints" / "last.ckpt"
     overrides = ["size=tiny", "callbacks.text_sample=null", f"ckpt_path={ckpt}"]
-    results = train(compose_config(tmp_path, [*overrides, "trainer.max_steps=3"]))
+    results = run_training(compose_config(tmp_path, [*overrides, "trainer.max_steps=3"]))
     assert results["step"] == 3
     assert len(asked) >= 2 and all(value is True for value in asked), asked
 
@@ -201,13 +203,13 @@ def test_export_is_a_checkpoint_for_eval_generate_and_init_from(
     run: Path, exported: Path, tmp_path: Path
 ) -> None:
     from xfmr.runs.loading import load_run
-    from xfmr.training.run import resolve_checkpoint, train
+    from xfmr.training.run import resolve_checkpoint, run_training
 
     loaded = load_run(run, checkpoint=exported)
     assert torch.equal(_logits(loaded.model), _logits(load_run(run).model))
     assert loaded.global_step == 2
     cfg = compose_config(tmp_path, ["size=tiny", f"init_from={exported}", "optim.lr=0.0"])
-    report = train(cfg)["init_from"]
+    report = run_training(cfg)["init_from"]
     assert report["skipped"] == [] and report["new"] == []
     with pytest.raises(UserError, match="holds weights only.*init_from="):
         resolve_checkpoint(str(exported), tmp_path, loaded.model_config.to_dict())

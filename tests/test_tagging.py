@@ -292,7 +292,7 @@ def test_tagging_refuses_text_data_and_decoders_by_name(tmp_path: Path) -> None:
 
 
 def _conll_run(tmp_path: Path, extra: list[str]) -> tuple[dict, object]:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     _write(tmp_path / "data" / "conll2003" / "train.txt", TRAIN * 3)
     _write(tmp_path / "data" / "conll2003" / "dev.txt", DEV)
@@ -305,7 +305,7 @@ def _conll_run(tmp_path: Path, extra: list[str]) -> tuple[dict, object]:
         *extra,
     ]
     cfg = compose_config(tmp_path, overrides)
-    return train(cfg), cfg
+    return run_training(cfg), cfg
 
 
 def _recomputed_scores(cfg, run_dir: Path) -> dict[str, float]:
@@ -355,13 +355,13 @@ def test_bert_conll_trains_two_steps_and_reports_entity_f1(tmp_path: Path) -> No
 
 
 def test_mlm_run_carries_its_encoder_into_tagging(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     encoder = ["arch=encoder", "size=tiny", "model.pos.max_positions=128", "tokenizer=wordpiece"]
     pre = tmp_path / "mlm"
     pre.mkdir()
     cased = ["tokenizer.vocab_size=120", "tokenizer.lowercase=false"]
-    train(compose_config(pre, [*encoder, *cased, "objective=mlm"]))
+    run_training(compose_config(pre, [*encoder, *cased, "objective=mlm"]))
     results, _ = _conll_run(
         tmp_path / "ner", [f"init_from={pre / 'run'}", "optim.lr=0.0", "schedule=constant"]
     )

@@ -289,7 +289,7 @@ def test_the_measured_cpu_peak_agrees_with_timing_many_products_directly() -> No
 
 
 def _train(tmp_path: Path, overrides: list[str]) -> dict:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(
         tmp_path,
@@ -306,7 +306,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
         ],
     )
     check_config(cfg)
-    return train(cfg)
+    return run_training(cfg)
 
 
 def _expected_flops_per_token(run_dir: Path, block_size: int) -> float:

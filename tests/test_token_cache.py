@@ -338,7 +338,7 @@ def test_cached_documents_give_the_in_memory_sentence_pairs(tmp_path: Path, capl
 
 
 def test_a_tiny_run_builds_the_cache_and_the_next_run_maps_it(tmp_path: Path, caplog) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     corpus = tmp_path / "mine.txt"  # compose_config rewrites its own corpus every call
     corpus.write_text(CORPUS)
@@ -348,7 +348,7 @@ def test_a_tiny_run_builds_the_cache_and_the_next_run_maps_it(tmp_path: Path, ca
         cfg = compose_config(tmp_path, [*common, f"paths.output_dir={tmp_path / run}"])
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="xfmr"):
-            results = train(cfg)
+            results = run_training(cfg)
         assert results["status"] == "completed"
         assert expected in caplog.text
         assert run == "one" or "token cache: built" not in caplog.text
@@ -359,7 +359,7 @@ def test_a_tiny_run_builds_the_cache_and_the_next_run_maps_it(tmp_path: Path, ca
     )
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
-        assert train(cfg)["status"] == "completed"
+        assert run_training(cfg)["status"] == "completed"
     assert "token cache" not in caplog.text
 
 

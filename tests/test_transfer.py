@@ -17,16 +17,16 @@ def _weights(run_dir: Path, checkpoint: str = "last.ckpt") -> dict[str, torch.Te
 
 
 def _pretrain(tmp_path: Path) -> Path:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     out = tmp_path / "pretrain"
     out.mkdir()
-    train(compose_config(out, ["size=tiny", "trainer.max_steps=4"]))
+    run_training(compose_config(out, ["size=tiny", "trainer.max_steps=4"]))
     return out / "run"
 
 
 def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     pretrained = _pretrain(tmp_path)
     out = tmp_path / "finetune"
@@ -34,7 +34,7 @@ def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: 
     cfg = compose_config(
         out, ["size=tiny", f"init_from={pretrained}", "optim.lr=0.0", "schedule=constant"]
     )
-    results = train(cfg)
+    results = run_training(cfg)
     before, after = _weights(pretrained), _weights(out / "run")
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before), (
@@ -48,22 +48,22 @@ def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: 
 
 
 def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     pretrained = _pretrain(tmp_path)
     out = tmp_path / "frozen"
     out.mkdir()
     frozen = ["size=tiny", f"init_from={pretrained}", "finetune.freeze_backbone=true"]
     with pytest.raises(UserError, match="leaves nothing to train"):
-        train(compose_config(out, frozen))  # the LM head is tied to the frozen embedding
-    results = train(compose_config(out, [*frozen, "model.tie_embeddings=false"]))
+        run_training(compose_config(out, frozen))  # the LM head is tied to the frozen embedding
+    results = run_training(compose_config(out, [*frozen, "model.tie_embeddings=false"]))
     assert results["init_from"]["new"] == [], "the untied head takes the saved lm_head weight"
     before, after = _weights(pretrained), _weights(out / "run")
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("backbone."))
 
     out = tmp_path / "scaled"
     out.mkdir()
-    train(
+    run_training(
         compose_config(
             out, ["size=tiny", f"init_from={pretrained}", "finetune.backbone_lr_scale=0.1"]
         )
@@ -73,32 +73,32 @@ def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(tmp_path: Pat
 
 
 def test_nothing_in_common_is_refused(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     pretrained = _pretrain(tmp_path)
     out = tmp_path / "rnn"
     out.mkdir()
     with pytest.raises(UserError, match="no tensor matches"):
-        train(compose_config(out, ["arch=rnn", "size=small", f"init_from={pretrained}"]))
+        run_training(compose_config(out, ["arch=rnn", "size=small", f"init_from={pretrained}"]))
 
 
 def test_bert_style_mlm_pretraining_then_classification_carries_the_backbone(
     tmp_path: Path,
 ) -> None:
     """BERT's two steps: MLM pretraining, then a new classification head on the same encoder."""
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     encoder = ["arch=encoder", "size=tiny", "tokenizer=wordpiece", "tokenizer.vocab_size=120"]
     pre = tmp_path / "mlm"
     pre.mkdir()
-    train(compose_config(pre, [*encoder, "objective=mlm", "trainer.max_steps=4"]))
+    run_training(compose_config(pre, [*encoder, "objective=mlm", "trainer.max_steps=4"]))
 
     tsv = tmp_path / "labelled.tsv"
     tsv.write_text("sentence\tlabel\n" + "the quick brown fox\tpos\nthe lazy dog\tneg\n" * 4)
     fine = tmp_path / "cls"
     fine.mkdir()
     data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
-    results = train(
+    results = run_training(
         compose_config(
             fine,
             [
@@ -128,7 +128,7 @@ def test_bert_style_mlm_pretraining_then_classification_carries_the_backbone(
 
 
 def test_source_tokenizer_without_the_objectives_tokens_is_refused(tmp_path: Path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     pretrained = _pretrain(tmp_path)  # char tokenizer: no [CLS] or [SEP]
     tsv = tmp_path / "labelled.tsv"
@@ -137,7 +137,7 @@ def test_source_tokenizer_without_the_objectives_tokens_is_refused(tmp_path: Pat
     out.mkdir()
     data = ["data=delimited", f"data.train_path={tsv}", f"data.val_path={tsv}"]
     with pytest.raises(UserError, match=r"lacks \['\[PAD\]', '\[CLS\]', '\[SEP\]'\]"):
-        train(
+        run_training(
             compose_config(
                 out,
                 [

@@ -27,10 +27,10 @@ OTHER_TEXT = "an old owl watches two quick foxes near the river at night.\n" * 1
 
 
 def _train(tmp: Path, overrides: list[str]) -> Path:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(tmp, [*QUIET, *overrides])
-    train(cfg)
+    run_training(cfg)
     return Path(cfg.paths.output_dir)
 
 
@@ -168,7 +168,7 @@ def test_average_cli_writes_the_exact_mean_and_training_resumes_from_it(
         sources[-1]["state_dict"]["model.lm_head.weight"],
     )
     # ckpt_path= accepts it: a fresh optimizer, the step count and weights carried on.
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(
         tmp_path,
@@ -179,7 +179,7 @@ def test_average_cli_writes_the_exact_mean_and_training_resumes_from_it(
             "trainer.max_steps=6",
         ],
     )
-    assert train(cfg)["step"] == 6
+    assert run_training(cfg)["step"] == 6
 
     too_many = _cli("average", [f"run_dir={decoder_run}", "last=9"], tmp_path)
     _fails_cleanly(too_many, "last=9", "holds 3 periodic checkpoints", "step-0000002.ckpt")

@@ -56,10 +56,10 @@ def test_the_progress_bar_says_how_much_a_validation_reads() -> None:
 
 
 def test_results_say_how_much_of_the_split_validation_read(tmp_path) -> None:
-    from xfmr.training.run import train
+    from xfmr.training.run import run_training
 
     cfg = compose_config(tmp_path, ["data.val_batches=2", "trainer.limit_val_batches=1.0"])
-    train(cfg)
+    run_training(cfg)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     coverage = results["val_coverage"]
     assert coverage["windows"] == 8 and coverage["of"] > 8  # 2 batches of 4 windows

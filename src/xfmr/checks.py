@@ -36,6 +36,7 @@ from xfmr.objectives.registry import (
     objectives,
 )
 from xfmr.ranges import check_numbers, check_run_length
+from xfmr.run_dir.files import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
 _GROUPS_NEEDED = ("model", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -406,7 +407,7 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
         return
     try:
         run_dir = Path(str(cfg.paths.output_dir))
-        saved_cfg = OmegaConf.load(run_dir / "config.yaml")
+        saved_cfg = OmegaConf.load(run_dir / CONFIG_FILE)
         saved = model_config(saved_cfg, vocab_size=1)
     except (
         OmegaConfBaseException,
@@ -415,13 +416,14 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
         UserError,
     ):  # no such run: nothing to compare
         return
-    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+    last = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
+    if not last.is_file():
         return
     differs = differences(saved, model)
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
-            f"{run_dir / 'checkpoints' / 'last.ckpt'}, which this run would resume, was trained "
+            f"{last}, which this run would resume, was trained "
             f"with a different model ({detail}): keep the model settings to resume, or give "
             "another hydra.run.dir for a new run"
         )
@@ -454,7 +456,7 @@ def _trained_model(source: Path) -> ModelConfig | None:
         if source.suffix == ".safetensors" and source.is_file():
             return ModelConfig.from_dict(_exported_model_config(source))
         run_dir = source if source.is_dir() else source.parent.parent
-        saved = OmegaConf.load(run_dir / "config.yaml")
+        saved = OmegaConf.load(run_dir / CONFIG_FILE)
         return model_config(saved, vocab_size=1)
     except (OmegaConfBaseException, UserError, ValueError, TypeError, KeyError, OSError):
         return None

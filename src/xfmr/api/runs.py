@@ -17,14 +17,14 @@ from xfmr.errors import UserError
 from xfmr.generation.config import GenerationConfig, generation_settings
 from xfmr.run_dir.files import (
     CONFIG_FILE,
+    EVAL_FILE,
     EXPORT_FILE,
     HF_FOLDER,
+    RESULTS_FILE,
     check_export_format,
     locate_run,
     run_directory,
 )
-
-RESULTS_FILE = "results.json"
 
 
 class Run:
@@ -150,7 +150,7 @@ class Run:
         data_config = data_with_overrides(self.config, OmegaConf.create(data or {}))
         check_length(self.config, data_config)
         scored_by_position = wants_by_position(by_position, self.config)
-        report_path = Path(out).expanduser() if out else self.path / "eval.json"
+        report_path = Path(out).expanduser() if out else self.path / EVAL_FILE
         report = evaluation_report(
             self._load(files.checkpoint, device),
             data_config,

@@ -26,12 +26,12 @@ from xfmr.api.composing import TASK_NAME, Experiment
 from xfmr.api.runs import Run
 from xfmr.checks import check_config
 from xfmr.errors import RunFailed, RunInterrupted, UserError
-from xfmr.run_dir.files import CHECKPOINT_DIR, make_writable_dir
+from xfmr.run_dir.files import CHECKPOINT_DIR, RESULTS_FILE, make_writable_dir
 
 log = logging.getLogger("xfmr")
 
 # What a run that began training leaves in its directory.
-_TRAINED = (CHECKPOINT_DIR, "results.json")
+_TRAINED = (CHECKPOINT_DIR, RESULTS_FILE)
 # The loggers a run configures: the root (console and train.log), xfmr's, and Lightning's
 # (`xfmr.training.run.tidy_lightning_logging` sends theirs through the root).
 _LOGGERS = ("", "xfmr", "lightning", "lightning.pytorch", "lightning.fabric")
@@ -94,32 +94,29 @@ def _opened(run_dir: Path) -> Run | None:
 
 
 def fit_checked(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any] | None:
-    """Train the checked, resolved `cfg` in `cfg.paths.output_dir`: the directory is locked
-    before torch loads, so one that another process trains in is refused at once; a
-    complaint of Lightning's or of a builder about a person's input becomes a UserError."""
+    """Train the checked, resolved `cfg` in `cfg.paths.output_dir`, holding the directory's
+    lock, the one place it is taken for training: before torch loads, so one that another
+    process trains in is refused at once (the other ranks of a run that torchrun or SLURM
+    launched train beside rank 0, which holds it). A complaint of Lightning's or of a builder
+    about a person's input becomes a UserError."""
     from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with hold_run_dir(run_dir) if is_global_rank_zero() else nullcontext():
-        return _train(cfg, overrides)
+        from hydra.errors import InstantiationException
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+        from xfmr.training.run import run_training  # torch and Lightning load only now
 
-def _train(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any] | None:
-    """Import the heavy parts only now."""
-    from hydra.errors import InstantiationException
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    from xfmr.training.run import train as train_config
-
-    try:
-        return train_config(cfg, overrides=list(overrides))
-    except MisconfigurationException as e:
-        raise UserError(f"trainer: {e}") from None
-    except InstantiationException as e:
-        if isinstance(e.__cause__, UserError):  # a builder's own one-line message
-            raise e.__cause__ from None
-        raise UserError(instantiation_problem(e)) from None
+        try:
+            return run_training(cfg, overrides=list(overrides))
+        except MisconfigurationException as e:
+            raise UserError(f"trainer: {e}") from None
+        except InstantiationException as e:
+            if isinstance(e.__cause__, UserError):  # a builder's own one-line message
+                raise e.__cause__ from None
+            raise UserError(instantiation_problem(e)) from None
 
 
 def instantiation_problem(error: Exception) -> str:

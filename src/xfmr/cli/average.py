@@ -11,15 +11,22 @@ import sys
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import DiskFull, UserError
-from xfmr.run_dir.files import periodic_checkpoints, run_directory
+from xfmr.run_dir.files import (
+    AVERAGED_CHECKPOINT,
+    CHECKPOINT_DIR,
+    PERIODIC_GLOB,
+    periodic_checkpoints,
+    run_directory,
+)
 
 PROG = "xfmr-average"
 ENTRY = EntryPoint(
     prog=PROG,
     config_name="average",
-    summary="average the newest periodic checkpoints of a run into checkpoints/averaged.ckpt.",
+    summary="average the newest periodic checkpoints of a run into "
+    f"{CHECKPOINT_DIR}/{AVERAGED_CHECKPOINT}.",
     examples=(
-        "xfmr-average run_dir=RUN                 the newest 5 checkpoints/step-*.ckpt",
+        f"xfmr-average run_dir=RUN                 the newest 5 {CHECKPOINT_DIR}/{PERIODIC_GLOB}",
         "xfmr-average run_dir=RUN last=10 out=avg10.ckpt",
         "xfmr-eval run_dir=RUN checkpoint=averaged  then evaluate the average",
     ),

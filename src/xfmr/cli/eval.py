@@ -18,7 +18,7 @@ from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args, progress
 from xfmr.errors import DiskFull, UserError
 from xfmr.files import write_json
-from xfmr.run_dir.files import RunFiles, locate_run
+from xfmr.run_dir.files import EVAL_FILE, RunFiles, locate_run
 from xfmr.runs.evaluation_data import check_length, data_with_overrides, wants_by_position
 
 PROG = "xfmr-eval"
@@ -110,7 +110,7 @@ def main() -> None:
         data_config = data_with_overrides(run_config, cfg.data)
         check_length(run_config, data_config)
         by_position = wants_by_position(cfg.by_position, run_config)
-        out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / "eval.json"
+        out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / EVAL_FILE
         report = _evaluate(cfg, files, data_config, out, by_position)
         write_json(out, report)
     except (UserError, DiskFull) as e:

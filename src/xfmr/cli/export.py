@@ -20,10 +20,10 @@ ENTRY = EntryPoint(
     config_name="export",
     summary="write a run's model as a .safetensors file, or as a Hugging Face folder (format=hf).",
     examples=(
-        "xfmr-export run_dir=RUN                     RUN/model.safetensors from the best checkpoint",
-        "xfmr-export run_dir=RUN checkpoint=averaged out=share/model.safetensors",
+        f"xfmr-export run_dir=RUN                     RUN/{EXPORT_FILE} from the best checkpoint",
+        f"xfmr-export run_dir=RUN checkpoint=averaged out=share/{EXPORT_FILE}",
         "xfmr-export run_dir=RUN format=hf out=share/my-model   a folder transformers loads",
-        "xfmr-train init_from=RUN/model.safetensors ...   then start a new run from it",
+        f"xfmr-train init_from=RUN/{EXPORT_FILE} ...   then start a new run from it",
     ),
 )
 

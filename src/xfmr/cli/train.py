@@ -23,7 +23,6 @@ from xfmr.schema import SCHEMA_GROUP, SCHEMA_NAME
 
 PROG = "xfmr-train"
 _TREE_ORDER = (
-    "experiment",
     "model",
     "data",
     "tokenizer",

@@ -238,7 +238,7 @@ class HFStreamingDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         where = self.source.split_names()[0]
         rows = self.source.splits()[where]
-        # The run's seed: train() seeds torch with it, alike in every DDP process, so all share
+        # The run's seed: run_training() seeds torch with it, alike in every DDP process, so all share
         # one order of shards and rows and `split_dataset_by_node` gives each its own rows.
         rows = rows.shuffle(seed=torch.initial_seed() % 2**32, buffer_size=self.shuffle_buffer)
         rank, world_size = self._node()

@@ -25,6 +25,7 @@ from torch import nn
 from xfmr.interop.hf_families import Family, families_of_model, family_of, family_of_config
 from xfmr.interop.hf_weights import Source, copy_weights, read_table
 from xfmr.nn.config import ModelConfig, differences
+from xfmr.run_dir.files import HF_CONFIG_FILE
 
 __all__ = [
     "Transfer",
@@ -170,9 +171,9 @@ def _prefixed_state(hf_model: nn.Module) -> dict[str, Any]:
 def _load_hf_config(path: str | Path) -> Any:
     import transformers
 
-    if not (Path(path) / "config.json").is_file():
+    if not (Path(path) / HF_CONFIG_FILE).is_file():
         raise FileNotFoundError(
-            f"{path} is not a Hugging Face checkpoint directory: no config.json"
+            f"{path} is not a Hugging Face checkpoint directory: no {HF_CONFIG_FILE}"
         )
     return transformers.AutoConfig.from_pretrained(path, local_files_only=True)
 

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import TOKENIZER_FILE
 from xfmr.text.sample import BYTES_PER_MB, survey, training_text
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, fit_or_load
 
@@ -31,7 +32,7 @@ def prepare_tokenizer(
     The training text is the head of the training split, at most `tokenizer.train_sample_mb`,
     read a chunk at a time (`xfmr.text.sample`); the cache key is that text's fingerprint, since
     it and the settings alone decide the tokenizer."""
-    own = run_dir / "tokenizer.json"
+    own = run_dir / TOKENIZER_FILE
     if own.is_file():
         return TextTokenizer.load(own)
     if pretrained is not None:  # the checkpoint's own vocabulary

@@ -15,6 +15,14 @@ from torch import nn
 from xfmr.checks import check_init_from
 from xfmr.errors import UserError
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.files import (
+    BEST_CHECKPOINT,
+    CHECKPOINT_DIR,
+    HF_CONFIG_FILE,
+    HF_TOKENIZER_FILE,
+    LAST_CHECKPOINT,
+    TOKENIZER_FILE,
+)
 
 log = logging.getLogger("xfmr")
 
@@ -49,20 +57,21 @@ def init_source(init_from: str | None) -> InitSource | None:
     if text.startswith("hf:"):
         check_init_from(text)
         path = Path(text[3:]).expanduser()
-        for needed in ("config.json", "tokenizer.json"):
+        for needed in (HF_CONFIG_FILE, HF_TOKENIZER_FILE):
             if not (path / needed).is_file():
                 raise UserError(
                     f"init_from={text!r}: {path / needed} is missing (save_pretrained writes both)"
                 )
-        return InitSource("hf", path, path / "tokenizer.json")
+        return InitSource("hf", path, path / HF_TOKENIZER_FILE)
     path = Path(text).expanduser()
     if path.is_dir():
         run_dir = path
-        candidates = [path / "checkpoints" / "best.ckpt", path / "checkpoints" / "last.ckpt"]
+        candidates = [path / CHECKPOINT_DIR / name for name in (BEST_CHECKPOINT, LAST_CHECKPOINT)]
         checkpoint = next((c for c in candidates if c.is_file()), None)
         if checkpoint is None:
             raise UserError(
-                f"init_from={text!r} is a directory without checkpoints/best.ckpt or last.ckpt"
+                f"init_from={text!r} is a directory without {CHECKPOINT_DIR}/{BEST_CHECKPOINT} "
+                f"or {LAST_CHECKPOINT}"
             )
     elif path.is_file():
         # RUN_DIR/checkpoints/X.ckpt; an export sits beside its tokenizer (RUN_DIR/X.safetensors)
@@ -73,7 +82,7 @@ def init_source(init_from: str | None) -> InitSource | None:
             f"init_from={text!r} does not exist: give an xfmr run directory, a .ckpt file, a "
             f".safetensors file from xfmr-export, or hf:PATH for a Hugging Face checkpoint"
         )
-    tokenizer = run_dir / "tokenizer.json"
+    tokenizer = run_dir / TOKENIZER_FILE
     if not tokenizer.is_file():
         raise UserError(
             f"init_from={text!r}: {tokenizer} is missing, so token ids cannot be matched"

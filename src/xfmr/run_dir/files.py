@@ -1,14 +1,26 @@
 """Where a run directory keeps what `xfmr-train` wrote, found and checked without torch so the
-entry points that use a run answer a mistake in about a second.
+entry points that use a run answer a mistake in about a second. Every name a run, a sweep or
+an export gives a file is spelled here once (tests/test_run_file_names.py holds src/ to it).
 
     RUN_DIR/config.yaml                      the resolved config
     RUN_DIR/tokenizer.json                   the run's tokenizer
     RUN_DIR/labels.json                      the label set (classification, tagging runs)
+    RUN_DIR/results.json                     how the run ended: status, metrics, history
+    RUN_DIR/train.log                        the log (Hydra's, named after the job)
     RUN_DIR/.lock                            held while xfmr-train trains here (its pid)
+    RUN_DIR/.hydra/overrides.yaml            the command line's overrides (Hydra's)
+    RUN_DIR/csv/metrics.csv                  every logged metric (logger=csv, Lightning's CSVLogger)
+    RUN_DIR/ddp/rankN.log                    the output of DDP workers xfmr launched
     RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
     RUN_DIR/checkpoints/step-NNNNNNN.ckpt    periodic checkpoints (callbacks.periodic_checkpoint)
     RUN_DIR/checkpoints/averaged.ckpt        their average (xfmr-average)
     RUN_DIR/model.safetensors                the weights for sharing (xfmr-export)
+    RUN_DIR/hf/                              a Hugging Face folder (xfmr-export format=hf)
+    RUN_DIR/eval.json                        xfmr-eval's report
+
+    SWEEP_DIR/sweep.json                     every job's outcome and the best (xfmr-train -m)
+    SWEEP_DIR/multirun.yaml                  the sweep's config (Hydra's name)
+    SWEEP_DIR/optuna.journal                 a search's study (hydra/sweeper=search)
 """
 
 from __future__ import annotations
@@ -22,15 +34,41 @@ from xfmr.errors import UserError
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.json"
+RESULTS_FILE = "results.json"
+LOCK_FILE = ".lock"
+# Hydra's own record of the job (hydra.output_subdir) and the overrides in it.
+HYDRA_DIR = ".hydra"
+OVERRIDES_FILE = "overrides.yaml"
+# Lightning's CSVLogger writes its rows to this file (in RUN_DIR/csv with logger=csv).
+METRICS_FILE = "metrics.csv"
+DDP_LOG_DIR = "ddp"
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_SUFFIX = ".ckpt"
+BEST_CHECKPOINT = "best.ckpt"  # callbacks.model_checkpoint.filename, plus the suffix
+LAST_CHECKPOINT = "last.ckpt"  # Lightning's name for save_last's file, and the end's state
+AVERAGED_CHECKPOINT = "averaged.ckpt"
 # checkpoint=NAME picks checkpoints/NAME.ckpt; anything else is a path.
-CHECKPOINT_NAMES = ("best", "last", "averaged")
-PERIODIC_GLOB = "step-*.ckpt"
-AVERAGED_FILE = "averaged.ckpt"
+CHECKPOINT_NAMES = tuple(
+    name.removesuffix(CHECKPOINT_SUFFIX)
+    for name in (BEST_CHECKPOINT, LAST_CHECKPOINT, AVERAGED_CHECKPOINT)
+)
+PERIODIC_GLOB = "step-*.ckpt"  # callbacks.periodic_checkpoint.filename's files
 EXPORT_FILE = "model.safetensors"
 # xfmr-export's formats, and format=hf's folder inside the run when no `out` is given.
 EXPORT_FORMATS = ("safetensors", "hf")
 HF_FOLDER = "hf"
+EVAL_FILE = "eval.json"  # xfmr-eval's report when no `out` is given
+
+SWEEP_FILE = "sweep.json"
+MULTIRUN_FILE = "multirun.yaml"
+JOURNAL_FILE = "optuna.journal"
+
+# A Hugging Face folder (written by xfmr-export format=hf, read by init_from=hf:PATH) keeps the
+# names transformers gives its files; these are the ones xfmr itself looks for or writes.
+# Spelled alike but not the run's files: a run's tokenizer.json is not the folder's.
+HF_CONFIG_FILE = "config.json"  # transformers.utils.CONFIG_NAME
+HF_TOKENIZER_FILE = "tokenizer.json"  # transformers.tokenization_utils_fast.TOKENIZER_FILE
+HF_MODEL_CARD_FILE = "README.md"  # what the Hub shows as the model card
 
 
 def check_export_format(format: str) -> None:
@@ -84,17 +122,17 @@ def run_directory(run_dir: str | Path | None) -> Path:
 def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
     ckpt_dir = root / CHECKPOINT_DIR
     if checkpoint is None or str(checkpoint) == "":
-        for name in ("best", "last"):
-            if (ckpt_dir / f"{name}.ckpt").is_file():
-                return ckpt_dir / f"{name}.ckpt"
+        for name in (BEST_CHECKPOINT, LAST_CHECKPOINT):
+            if (ckpt_dir / name).is_file():
+                return ckpt_dir / name
         raise UserError(
-            f"run_dir={str(root)!r} has no checkpoint ({CHECKPOINT_DIR}/best.ckpt or "
-            f"{CHECKPOINT_DIR}/last.ckpt); it holds: {describe(root)}"
+            f"run_dir={str(root)!r} has no checkpoint ({CHECKPOINT_DIR}/{BEST_CHECKPOINT} or "
+            f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}); it holds: {describe(root)}"
         )
     if str(checkpoint) in CHECKPOINT_NAMES:
-        path = ckpt_dir / f"{checkpoint}.ckpt"
+        path = ckpt_dir / f"{checkpoint}{CHECKPOINT_SUFFIX}"
         if not path.is_file():
-            hint = " (xfmr-average writes it)" if checkpoint == "averaged" else ""
+            hint = " (xfmr-average writes it)" if path.name == AVERAGED_CHECKPOINT else ""
             raise UserError(
                 f"checkpoint={checkpoint}: {path} does not exist{hint}; {CHECKPOINT_DIR}/ "
                 f"holds: {', '.join(checkpoint_names(root)) or 'no .ckpt files'}"
@@ -111,7 +149,7 @@ def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
 
 
 def checkpoint_names(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / CHECKPOINT_DIR).glob("*.ckpt"))
+    return sorted(p.name for p in (root / CHECKPOINT_DIR).glob(f"*{CHECKPOINT_SUFFIX}"))
 
 
 def periodic_checkpoints(root: Path, *, at_least: int = 0) -> list[Path]:

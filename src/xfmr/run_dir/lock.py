@@ -8,8 +8,8 @@ workers a run forks do not hold it, so a restart right after a kill -9 is not re
 they wind down (an `flock` would be shared with them). The file stays in place: removing it would let two processes lock two different
 files of the same name.
 
-The entry point takes the lock before it loads torch, so a second process is refused in a
-second or two; `train` takes it again, which within the process that holds it is a no-op.
+`xfmr-train` and `xfmr.train` take the lock once (`xfmr.api.training.fit_checked`), before
+torch loads, so a second process is refused in a second or two.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import LOCK_FILE
 
-LOCK_FILE = ".lock"
 # The environment that names this process's global rank: torchrun and xfmr's own DDP launcher
 # (RANK), SLURM (SLURM_PROCID), a single node's launchers (LOCAL_RANK).
 _RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")

@@ -13,7 +13,7 @@ from xfmr.errors import UserError
 from xfmr.files import atomic_path
 from xfmr.run_dir.checkpoints import read_checkpoint
 from xfmr.run_dir.files import (
-    AVERAGED_FILE,
+    AVERAGED_CHECKPOINT,
     CHECKPOINT_DIR,
     periodic_checkpoints,
     run_directory,
@@ -40,7 +40,7 @@ def average_checkpoints(
     averaged["optimizer_states"] = []  # Lightning restores none and starts a fresh optimizer
     averaged["lr_schedulers"] = []
     averaged["averaged_from"] = [{"file": p.name, "global_step": step} for p, step in newest]
-    target = Path(out) if out else root / CHECKPOINT_DIR / AVERAGED_FILE
+    target = Path(out) if out else root / CHECKPOINT_DIR / AVERAGED_CHECKPOINT
     with atomic_path(target) as temporary:  # a reader never sees half a checkpoint
         torch.save(averaged, temporary)
     return {

@@ -20,7 +20,7 @@ from xfmr.files import atomic_dir
 from xfmr.interop.hf_export import hf_family, to_hf
 from xfmr.interop.hf_families import Family
 from xfmr.interop.hf_tokenizer import Template, hf_tokenizer
-from xfmr.run_dir.files import read_labels
+from xfmr.run_dir.files import HF_MODEL_CARD_FILE, RESULTS_FILE, read_labels
 from xfmr.runs.inference import position_limit
 from xfmr.runs.loading import LoadedRun, load_run
 
@@ -34,7 +34,6 @@ TEMPLATES = {
     "seq2seq": Template("$A </s>"),
     "span_corruption": Template("$A </s>"),
 }
-RESULTS_FILE = "results.json"
 
 
 def export_hf(run_dir: str | Path, out: Path, *, checkpoint: str | None = None) -> dict[str, Any]:
@@ -63,7 +62,7 @@ def export_hf(run_dir: str | Path, out: Path, *, checkpoint: str | None = None) 
     with atomic_dir(out) as folder:
         hf_model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        (folder / "README.md").write_text(model_card(run, family, out), encoding="utf-8")
+        (folder / HF_MODEL_CARD_FILE).write_text(model_card(run, family, out), encoding="utf-8")
     return {
         "hf_class": family.hf_class,
         "out": str(out),

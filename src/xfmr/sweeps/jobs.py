@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.files import write_json
+from xfmr.run_dir.files import RESULTS_FILE
 from xfmr.sweeps.gpus import GpuPool
 from xfmr.sweeps.processes import run_in_child, stop_job_server
 from xfmr.sweeps.search import is_finite
 
 log = logging.getLogger("xfmr")
 
-RESULTS_FILE = "results.json"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _compose_lock = threading.Lock()  # Hydra's config loading is not made for threads
 _composed: dict[tuple[int, tuple[str, ...], int], Any] = {}  # oldest first

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import JOURNAL_FILE
 
 log = logging.getLogger("xfmr")
-
-JOURNAL_FILE = "optuna.journal"
 
 # name -> (Optuna class, what it needs); one table, so `hydra.sweeper.sampler=NAME` is the choice.
 SAMPLERS = {

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.files import write_json
+from xfmr.run_dir.files import SWEEP_FILE
 from xfmr.sweeps.jobs import JobOutcome
 
 log = logging.getLogger("xfmr")
-
-SUMMARY_FILE = "sweep.json"
 
 
 def summarize(
@@ -43,7 +42,7 @@ def summarize(
 def write_summary(sweep_dir: Path, summary: dict[str, Any]) -> Path:
     """Strict JSON, written to a temporary name and renamed, so a reader never sees half a
     file."""
-    path = sweep_dir / SUMMARY_FILE
+    path = sweep_dir / SWEEP_FILE
     write_json(path, summary)
     return path
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
-from xfmr.run_dir.files import make_writable_dir
+from xfmr.run_dir.files import MULTIRUN_FILE, make_writable_dir
 from xfmr.sweeps.gpus import GpuPool, describe_groups, sweep_gpus
 from xfmr.sweeps.jobs import divide_threads, end_of_jobs
 from xfmr.sweeps.names import sweep_name
@@ -29,7 +29,7 @@ def run_sweep(
     """`sweeper` holds the `hydra.sweeper` settings; `arguments` are the command line's overrides."""
     sweep_dir = fix_sweep_dir(config)
     make_writable_dir(sweep_dir, key="hydra.sweep.dir")
-    with atomic_path(sweep_dir / "multirun.yaml") as temporary:
+    with atomic_path(sweep_dir / MULTIRUN_FILE) as temporary:
         OmegaConf.save(config, temporary)
     overrides = parse(hydra_context, [*_params(sweeper.params), *arguments])
     metric = str(config.get("optimized_metric") or "val/loss")

@@ -1,2 +1,2 @@
 """Training a run: the LightningModule, optimizers, schedules, callbacks, guards, loggers,
-and `train(cfg)` itself."""
+and `run_training(cfg)` itself."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from xfmr.run_dir.files import METRICS_FILE
 from xfmr.sweeps.stores import ensure_mlflow_experiment
 
 
@@ -206,7 +207,7 @@ def read_csv_rows(loggers_cfg: DictConfig | None) -> list[dict[str, Any]]:
         if item is None or not str(item.get("_target_", "")).endswith("CSVLogger"):
             continue
         path = Path(item.save_dir) / str(item.get("name") or "") / str(item.get("version") or "")
-        path = path / "metrics.csv"
+        path = path / METRICS_FILE
         if not path.is_file():
             return []
         with path.open(newline="") as file:  # values kept as written, step read as a number

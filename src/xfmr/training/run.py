@@ -1,6 +1,7 @@
-"""`train(cfg)`: build the parts a resolved config names, fit them, write `results.json`.
+"""`run_training(cfg)`: build the parts a checked config names, fit them, write `results.json`.
 
-Kept apart from the Hydra entry point so DDP workers, tests and notebooks call the same code.
+Kept apart from the Hydra entry point so that DDP workers and tests train through the same code
+as `xfmr-train` and `xfmr.train` (which reach it through `xfmr.api.training.fit_checked`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from xfmr.checks import compile_mode, resolve_precision
+from xfmr.checks import AUTO_PRECISION, compile_mode
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
 from xfmr.nn.config import ModelConfig, differences
-from xfmr.parts.build import Parts, Plan, build_parts, plan_training
+from xfmr.parts.build import Parts, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
+from xfmr.run_dir.files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DDP_LOG_DIR,
+    LAST_CHECKPOINT,
+    PERIODIC_GLOB,
+    RESULTS_FILE,
+)
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
@@ -41,42 +49,22 @@ from xfmr.training.module import XfmrModule
 
 log = logging.getLogger("xfmr")
 
-RESULTS_FILE = "results.json"
-CONFIG_FILE = "config.yaml"
 
-
-def train(
+def run_training(
     cfg: DictConfig, *, is_worker: bool = False, overrides: Sequence[str] = ()
 ) -> dict[str, Any] | None:
-    """Train the experiment `cfg` (fully resolved) in `cfg.paths.output_dir`.
+    """Train the checked experiment `cfg` (fully resolved, its trainer.precision chosen by
+    `check_config`) in `cfg.paths.output_dir`; returns what it writes to `results.json` (None
+    on DDP workers).
 
-    Returns the results written to `results.json` (None on DDP workers). The run directory is
-    locked while it trains (`xfmr.run_dir.lock`): one training process per directory.
+    The caller holds the run directory's lock (`xfmr.api.training.fit_checked`, the path of
+    `xfmr-train` and `xfmr.train`); DDP workers train beside the process that holds it.
     """
+    assert cfg.trainer.precision != AUTO_PRECISION, "check_config chooses trainer.precision"
+    started = time.time()
     run_dir = Path(cfg.paths.output_dir)
-    resolve_precision(cfg)  # trainer.precision=auto, where a caller skipped check_config
     plan = plan_training(cfg, run_dir)  # a missing init_from fails before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
-    # DDP workers, and the other ranks of a run launched by torchrun or SLURM, train beside rank 0.
-    lock = hold_run_dir(run_dir) if not is_worker and is_global_rank_zero() else nullcontext()
-    with lock:
-        return _train(plan, is_worker=is_worker, overrides=overrides)
-
-
-@dataclass
-class Fitted:
-    """How fitting ended: the trainer, the run's status and, if it failed, why."""
-
-    trainer: L.Trainer
-    summary: RunSummary
-    stop_on_signal: StopOnSignal
-    status: str
-    failure: str | None
-
-
-def _train(plan: Plan, *, is_worker: bool, overrides: Sequence[str]) -> dict[str, Any] | None:
-    started = time.time()
-    cfg, run_dir = plan.config, plan.run_dir
     tidy_lightning_logging()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     parts = build_parts(plan, data=cfg.data, is_worker=is_worker)
@@ -111,6 +99,17 @@ def _train(plan: Plan, *, is_worker: bool, overrides: Sequence[str]) -> dict[str
     if transfer is not None:
         results["init_from"] = {"source": str(plan.init.path), **transfer.summary()}
     return finish(run_dir, results, fitted, overrides)
+
+
+@dataclass
+class Fitted:
+    """How fitting ended: the trainer, the run's status and, if it failed, why."""
+
+    trainer: L.Trainer
+    summary: RunSummary
+    stop_on_signal: StopOnSignal
+    status: str
+    failure: str | None
 
 
 def save_config(cfg: DictConfig, run_dir: Path, ckpt_path: str | None) -> None:
@@ -152,12 +151,12 @@ def fit_run(
     )
     nprocs = 1 if is_worker else processes_to_launch(OmegaConf.to_container(cfg.trainer))
     launcher = (
-        LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / "ddp")
+        LocalDDPLauncher(nprocs, run_dir / CONFIG_FILE, run_dir / DDP_LOG_DIR)
         if nprocs > 1
         else nullcontext()
     )
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
-    stop_on_signal = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
+    stop_on_signal = StopOnSignal(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
     earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
@@ -220,7 +219,7 @@ def _close(
     if not validated or summary.monitor not in trainer.callback_metrics:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     try:
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        trainer.save_checkpoint(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
     except DiskFull as e:
         return str(e), "failed"
     return None, status
@@ -370,7 +369,7 @@ def resolve_checkpoint(
     `step-*.ckpt`, if any; checked before any training so a wrong file fails fast and nothing
     already saved is touched."""
     if not ckpt_path:
-        newest = newest_checkpoint(run_dir / "checkpoints")
+        newest = newest_checkpoint(run_dir / CHECKPOINT_DIR)
         if newest is None:
             return None
         ckpt_path = str(newest)
@@ -395,7 +394,8 @@ def resolve_checkpoint(
 def newest_checkpoint(directory: Path) -> Path | None:
     """The checkpoint a run resumes from: the last written of `last.ckpt` and `step-*.ckpt`
     (every one is written whole, then renamed into place)."""
-    found = [p for p in (directory / "last.ckpt", *directory.glob("step-*.ckpt")) if p.is_file()]
+    candidates = (directory / LAST_CHECKPOINT, *directory.glob(PERIODIC_GLOB))
+    found = [p for p in candidates if p.is_file()]
     return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 

@@ -6,12 +6,12 @@ import sys
 
 from omegaconf import OmegaConf
 
-from xfmr.training.run import train
+from xfmr.training.run import run_training
 
 
 def main() -> None:
     cfg = OmegaConf.load(sys.argv[1])
-    train(cfg, is_worker=True)
+    run_training(cfg, is_worker=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xfmr.runs.compare.runs import SWEEP_FILE, Run, read_json
+from xfmr.run_dir.files import JOURNAL_FILE, SWEEP_FILE
+from xfmr.runs.compare.runs import Run, read_json
 from xfmr.runs.compare.table import COMPLETED, SEED, Ranking, Table, differing_keys
 
 # PED-ANOVA contrasts the best 10% of runs (Optuna's default target_quantile) with all of them;
@@ -100,8 +101,6 @@ def stored_study(runs: Sequence[Run], metric: str) -> Any | None:
 
 def _storage(sweep_dir: Path, recorded: Any) -> str | None:
     """The recorded storage, or the journal beside the runs when the sweep was copied here."""
-    from xfmr.sweeps.search import JOURNAL_FILE
-
     if isinstance(recorded, str) and ("://" in recorded or Path(recorded).is_file()):
         return recorded
     beside = sweep_dir / JOURNAL_FILE

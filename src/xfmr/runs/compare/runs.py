@@ -20,10 +20,15 @@ from typing import Any
 import yaml
 
 from xfmr.errors import UserError
-from xfmr.run_dir.files import describe
+from xfmr.run_dir.files import (
+    CONFIG_FILE,
+    HYDRA_DIR,
+    OVERRIDES_FILE,
+    RESULTS_FILE,
+    SWEEP_FILE,
+    describe,
+)
 
-RESULTS_FILE = "results.json"
-SWEEP_FILE = "sweep.json"
 SEARCH_DEPTH = 2
 DIRECTIONS = {"minimize": "min", "maximize": "max"}
 
@@ -139,12 +144,12 @@ def parse_overrides(overrides: Iterable[Any]) -> dict[str, str]:
 
 
 def hydra_overrides(run_dir: Path) -> list[str]:
-    listed = _read_yaml(run_dir / ".hydra" / "overrides.yaml")
+    listed = _read_yaml(run_dir / HYDRA_DIR / OVERRIDES_FILE)
     return listed if isinstance(listed, list) else []
 
 
 def configured_metric(run_dir: Path) -> str | None:
-    config = _read_yaml(run_dir / "config.yaml")
+    config = _read_yaml(run_dir / CONFIG_FILE)
     metric = config.get("optimized_metric") if isinstance(config, dict) else None
     return str(metric) if metric else None
 
