@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pages import (
+from common.pages import (
     Page,
     arguments,
     compared_table,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A quick run: the same composition shrunk to seconds (the tests' size), never a figure. A fixed
 # peak FLOP/s: measuring it takes both cores for a second or two, and a busy machine (a test
