@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import re
 import shutil
@@ -62,6 +61,7 @@ import lightning as L
 import torch
 
 from common.xfmr_runs import child_env, train_command
+from xfmr.training.throughput import cpu_model
 
 MB = 1_000_000  # as xfmr's tokenizer.train_sample_mb and token cache logs count
 LINES_PER_CHUNK = 50_000  # sampled lines written at a time (a few MB)
@@ -236,12 +236,8 @@ def second_start_check(second: Run) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as f:
-        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = names[0] if names else cpu
     return (
-        f"{cpu}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
+        f"{cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
         f"torch {torch.__version__} with {torch.get_num_threads()} threads"
     )
 

@@ -132,15 +132,10 @@ def machine() -> str:
     """The machine the figures come from, in one line."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]  # fmt: skip
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    except OSError:
-        pass
+    from xfmr.training.throughput import cpu_model
+
     return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with "
+        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} with "
         f"{torch.get_num_threads()} threads, fp32, Python {platform.python_version()}"
     )
 
