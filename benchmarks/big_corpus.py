@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import re
 import shutil
@@ -60,6 +59,9 @@ from pathlib import Path
 
 import lightning as L
 import torch
+
+from common.xfmr_runs import child_env, train_command
+from xfmr.training.throughput import cpu_model
 
 MB = 1_000_000  # as xfmr's tokenizer.train_sample_mb and token cache logs count
 LINES_PER_CHUNK = 50_000  # sampled lines written at a time (a few MB)
@@ -177,15 +179,8 @@ def run_train(name: str, data: Path, out: Path, cache_dir: Path, steps: int) -> 
     """xfmr-train on `data` in out/runs/`name`, its output kept in out/runs/`name`.log."""
     run_dir = out / "runs" / name
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "xfmr.cli.train", *overrides(data, steps)]
-    cmd.append(f"hydra.run.dir={run_dir}")
-    here = str(Path(__file__).resolve().parent)
-    env = {
-        **os.environ,
-        "XFMR_CACHE_DIR": str(cache_dir),
-        "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-        "PYTHONUNBUFFERED": "1",
-    }
+    cmd = train_command(*overrides(data, steps), f"hydra.run.dir={run_dir}")
+    env = child_env(cache_dir, callbacks=True, PYTHONUNBUFFERED="1")
     started = time.time()
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -241,12 +236,8 @@ def second_start_check(second: Run) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as f:
-        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = names[0] if names else cpu
     return (
-        f"{cpu}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
+        f"{cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
         f"torch {torch.__version__} with {torch.get_num_threads()} threads"
     )
 

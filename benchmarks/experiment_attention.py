@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pages import Page, arguments, experiment_overrides, markdown_table, trained
+from common.pages import Page, arguments, experiment_overrides, markdown_table, trained
 
 WINDOWS = 32  # validation windows the statistics average over
 SPACES = ("␣", "\\n")  # xfmr-attention's labels for a space and a newline

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pages import Page, arguments, interval, markdown_table, trained
+from common.pages import Page, arguments, interval, markdown_table, trained
 
 PLACEMENTS = ("pre", "post")
 LRS = (1e-3, 3e-3, 1e-2)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pages import (
+from common.pages import (
     Page,
     arguments,
     compared_table,
@@ -106,14 +106,14 @@ def matched(decoder_run: Any, lstm_overrides: list[str], *, quick: bool) -> Matc
     from xfmr.text.tokenizers import TextTokenizer
 
     vocab_size = TextTokenizer.load(decoder_run.path / TOKENIZER_FILE).vocab_size
-    decoder = _count(decoder_run.config.model, decoder_run.config.pos, vocab_size)
+    decoder = _count(_model(decoder_run.config), vocab_size)
     recorded = decoder_run.results.get("n_parameters")
     if decoder != recorded:
         raise SystemExit(f"the decoder counts {decoder} parameters here, its run {recorded}")
     lstm_config = _composed(lstm_overrides, quick=quick)
 
     def count(width: int) -> int:
-        return _count({**lstm_config.model, "d_model": width}, lstm_config.pos, vocab_size)
+        return _count({**_model(lstm_config), "d_model": width}, vocab_size)
 
     low, high = 1, 8 * int(decoder_run.config.model.d_model)  # the count grows with the width
     while low < high:
@@ -135,17 +135,20 @@ def _composed(overrides: list[str], *, quick: bool) -> Any:
     return xfmr.compose(*with_quick(overrides, quick=quick), "hydra.run.dir=unused").config
 
 
-def _count(model: Any, pos: Any, vocab_size: int) -> int:
-    """Parameters of the model the sections describe, each tied tensor once (as runs count)."""
-    from omegaconf import OmegaConf
+def _model(config: Any) -> dict:
+    """A run's model section as a plain dict, positions under it (as runs saved before that
+    move are read too)."""
+    from xfmr.checks import model_section
 
+    return model_section(config)
+
+
+def _count(model: dict, vocab_size: int) -> int:
+    """Parameters of the model the section describes, each tied tensor once (as runs count)."""
     from xfmr.nn.config import ModelConfig
     from xfmr.nn.models import build_model
 
-    def plain(section: Any) -> dict:
-        return OmegaConf.to_container(OmegaConf.create(section), resolve=True)
-
-    config = ModelConfig.from_sections(plain(model), plain(pos), vocab_size=vocab_size)
+    config = ModelConfig.from_settings(model, vocab_size=vocab_size)
     return sum(p.numel() for p in build_model(config).parameters())
 
 

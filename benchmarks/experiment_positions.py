@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pages import Page, arguments, compared_table, markdown_table, trained
+from common.pages import Page, arguments, compared_table, markdown_table, trained
 
 SCHEMES = ("learned", "sinusoidal", "relative", "rotary", "alibi", "none")
 LENGTHS = (1, 2, 4)  # times the trained block

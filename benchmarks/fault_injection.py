@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import signal
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from common.xfmr_runs import child_env, train_command
 
 STEPS = 200
 ARGS = [
@@ -45,14 +46,7 @@ ARGS = [
 
 
 def command(data: Path, run_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
-        *ARGS,
-        f"data.path={data}",
-        f"hydra.run.dir={run_dir}",
-    ]
+    return train_command(*ARGS, f"data.path={data}", f"hydra.run.dir={run_dir}")
 
 
 def run(data: Path, run_dir: Path, env: dict[str, str], kill_after: float | None) -> int:
@@ -122,7 +116,7 @@ def main() -> None:
         words = "the quick brown fox jumps over a lazy dog while two owls watch the moon".split()
         rng = random.Random(0)
         data.write_text("\n".join(" ".join(rng.choices(words, k=12)) for _ in range(3000)))
-    env = {**os.environ, "XFMR_CACHE_DIR": str(work / "cache"), "PYTHONUNBUFFERED": "1"}
+    env = child_env(work / "cache", PYTHONUNBUFFERED="1")
 
     # The tokenizer and token cache are built once, so the timed run below starts as every
     # attempt after it will.

@@ -24,12 +24,8 @@ torch.profiler (`xfmr.training.profiling.ProfileSteps`) and prints where the tim
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -37,26 +33,14 @@ from pathlib import Path
 
 import torch
 
+from common import nanogpt
+from common.nanogpt import SETTLE_STEPS
+from common.xfmr_runs import Shape, flops_per_token, logged_steps, train_config, xfmr_train
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
 
-SETTLE_STEPS = 5  # steps 1..5 are left out of the median, as nanoGPT leaves them out of its mfu
 LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
-NANOGPT_LINE = re.compile(r"iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
-
-
-@dataclass
-class Shape:
-    d_model: int = 512
-    n_layers: int = 8
-    n_heads: int = 8
-    block_size: int = 256
-    batch_size: int = 8
-    lr: float = 1e-3
-    warmup_steps: int = 10
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.block_size * self.batch_size
+LR = 1e-3  # both frameworks' peak learning rate, down to a tenth over the run
+WARMUP_STEPS = 10  # the schedule's warm-up, at most a fifth of the run
 
 
 @dataclass
@@ -75,17 +59,13 @@ class Row:
         return statistics.fmean(self.losses[-LOSS_STEPS:])
 
 
-def xfmr_overrides(shape: Shape, data: Path, steps: int) -> list[str]:
+def xfmr_overrides(shape: Shape, data: Path, steps: int, warmup: int) -> list[str]:
     return [
         "experiment=nanogpt_shakespeare_char",
         f"data.path={data}",
-        f"model.d_model={shape.d_model}",
-        f"model.n_layers={shape.n_layers}",
-        f"model.n_heads={shape.n_heads}",
-        f"data.block_size={shape.block_size}",
-        f"data.batch_size={shape.batch_size}",
-        f"optim.lr={shape.lr}",
-        f"schedule.warmup_steps={shape.warmup_steps}",
+        *shape.overrides(),
+        f"optim.lr={LR}",
+        f"schedule.warmup_steps={warmup}",
         f"trainer.max_steps={steps}",
         f"trainer.val_check_interval={steps}",
         "trainer.limit_val_batches=2",
@@ -101,73 +81,41 @@ def xfmr_overrides(shape: Shape, data: Path, steps: int) -> list[str]:
 
 
 def run_xfmr(
-    shape: Shape, data: Path, out: Path, steps: int, precision: str, *, compile: bool
+    shape: Shape, data: Path, out: Path, steps: int, warmup: int, precision: str, *, compile: bool
 ) -> Row:
     name = f"xfmr-{precision}{'-compiled' if compile else ''}"
-    run_dir = out / name
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
-        *xfmr_overrides(shape, data, steps),
+    overrides = [
+        *xfmr_overrides(shape, data, steps, warmup),
         f"trainer.precision={precision}",
         f"compile={str(compile).lower()}",
-        f"hydra.run.dir={run_dir}",
     ]
-    env = {**os.environ, "XFMR_CACHE_DIR": str(out / "cache")}
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
-    with open(run_dir / "csv" / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    per_step: dict[int, dict[str, float]] = {}
-    for row in rows:  # one row per logged step; validation rows carry no train/loss
-        values = {k: float(v) for k, v in row.items() if v not in ("", None)}
-        per_step.setdefault(int(values["step"]), {}).update(values)
-    ordered = [per_step[s] for s in sorted(per_step)]
+    finished = xfmr_train(overrides, out / name, out / "cache")
+    logged = logged_steps(finished.run_dir)
     step_ms = [
         shape.tokens_per_step / values["tok/s"] * 1000.0
-        for index, values in enumerate(ordered, start=1)
+        for index, values in enumerate(logged, start=1)
         if "tok/s" in values and index > SETTLE_STEPS
     ]
-    losses = [values["train/loss"] for values in ordered if "train/loss" in values]
+    losses = [values["train/loss"] for values in logged if "train/loss" in values]
     label = "compiled" if compile else "eager"
     return Row(f"xfmr-train ({label})", precision, step_ms, losses)
 
 
-def prepare_nanogpt(nanogpt: Path, data: Path, work: Path) -> Path:
-    """A copy of nanoGPT with shakespeare_char prepared from `data` (no download)."""
-    copy = work / "nanoGPT"
-    if not copy.is_dir():
-        shutil.copytree(nanogpt, copy, ignore=shutil.ignore_patterns("out*", "*.bin", ".git"))
-    prepared = copy / "data" / "shakespeare_char"
-    if not (prepared / "train.bin").is_file():
-        shutil.copyfile(data, prepared / "input.txt")
-        subprocess.run(
-            [sys.executable, "data/shakespeare_char/prepare.py"],
-            cwd=copy,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-    return copy
-
-
-def nanogpt_args(shape: Shape, steps: int, out_dir: Path, *, seed_eval: int) -> list[str]:
+def nanogpt_args(
+    shape: Shape, steps: int, warmup: int, out_dir: Path, *, seed_eval: int
+) -> list[str]:
     """train.py's command line for `shape` on CPU, fp32, evaluating every `seed_eval` steps."""
     return [
-        "config/train_shakespeare_char.py",
+        nanogpt.CONFIG,
         "--device=cpu",
         "--compile=False",
         "--dtype=float32",
-        f"--n_layer={shape.n_layers}",
-        f"--n_head={shape.n_heads}",
-        f"--n_embd={shape.d_model}",
-        f"--block_size={shape.block_size}",
-        f"--batch_size={shape.batch_size}",
+        *nanogpt.shape_args(shape),
         f"--max_iters={steps}",
         f"--lr_decay_iters={steps}",
-        f"--learning_rate={shape.lr}",
-        f"--min_lr={shape.lr / 10}",
-        f"--warmup_iters={shape.warmup_steps}",
+        f"--learning_rate={LR}",
+        f"--min_lr={LR / 10}",
+        f"--warmup_iters={warmup}",
         f"--eval_interval={seed_eval}",
         "--eval_iters=1",
         "--log_interval=1",
@@ -177,15 +125,12 @@ def nanogpt_args(shape: Shape, steps: int, out_dir: Path, *, seed_eval: int) -> 
     ]
 
 
-def run_nanogpt(copy: Path, shape: Shape, steps: int) -> Row:
+def run_nanogpt(copy: Path, shape: Shape, steps: int, warmup: int) -> Row:
     # max_iters=N-1: train.py runs iterations 0..max_iters, N steps in all.
-    args = nanogpt_args(shape, steps - 1, copy / "out-throughput", seed_eval=100 * steps)
-    result = subprocess.run(
-        [sys.executable, "train.py", *args], cwd=copy, check=True, capture_output=True, text=True
-    )
-    parsed = [(int(m[1]), float(m[2]), float(m[3])) for m in NANOGPT_LINE.finditer(result.stdout)]
-    step_ms = [ms for iteration, _, ms in parsed if iteration >= SETTLE_STEPS]
-    return Row("nanoGPT train.py", "32-true", step_ms, [loss for _, loss, _ in parsed])
+    args = nanogpt_args(shape, steps - 1, warmup, copy / "out-throughput", seed_eval=100 * steps)
+    iterations = nanogpt.train(copy, args)
+    step_ms = nanogpt.timed_ms(iterations)
+    return Row("nanoGPT train.py", "32-true", step_ms, [it.loss for it in iterations])
 
 
 def peak_flops(precision: str, out: Path, given_tflops: float | None) -> float:
@@ -195,21 +140,6 @@ def peak_flops(precision: str, out: Path, given_tflops: float | None) -> float:
         return given_tflops * 1e12
     dtype = precision_dtype(precision)
     return measured_peak_flops(torch.device("cpu"), dtype, cache_dir=out / "cache")
-
-
-def flops_per_token(shape: Shape, vocab_size: int) -> float:
-    from xfmr.nn import ModelConfig, build_model
-    from xfmr.training.throughput import TrainingFlops
-
-    config = ModelConfig(
-        vocab_size=vocab_size,
-        n_layers=shape.n_layers,
-        n_heads=shape.n_heads,
-        d_model=shape.d_model,
-        bias=False,
-        pos={"name": "learned", "max_positions": shape.block_size},
-    )
-    return TrainingFlops.of(build_model(config)).per_token(shape.block_size)
 
 
 def print_table(rows: list[Row], shape: Shape, fpt: float, peaks: dict[str, float]) -> None:
@@ -236,19 +166,15 @@ def print_table(rows: list[Row], shape: Shape, fpt: float, peaks: dict[str, floa
     )
 
 
-def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
+def profile_bf16(shape: Shape, data: Path, out: Path, steps: int, warmup: int) -> None:
     """A few bf16-mixed training steps of the same GPT under torch.profiler, through xfmr's
     own `run_training(cfg)` (Lightning, data loading, optimizer and all)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from xfmr.paths import config_dir
     from xfmr.training.run import run_training
 
     run_dir = out / "xfmr-profile"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = [
-        *xfmr_overrides(shape, data, SETTLE_STEPS + steps + 2),
+        *xfmr_overrides(shape, data, SETTLE_STEPS + steps + 2, warmup),
         "trainer.precision=bf16-mixed",
         "logger=none",
         f"paths.root_dir={out}",
@@ -258,9 +184,7 @@ def profile_bf16(shape: Shape, data: Path, out: Path, steps: int) -> None:
         f"+callbacks.profile.skip={SETTLE_STEPS}",
         f"+callbacks.profile.steps={steps}",
     ]
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    run_training(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    run_training(train_config(overrides))
 
 
 def main() -> None:
@@ -285,23 +209,22 @@ def main() -> None:
     if args.steps <= SETTLE_STEPS + 1:
         sys.exit(f"--steps {args.steps}: give more than {SETTLE_STEPS + 1} (steps 6..N are timed)")
     shape = Shape(args.d_model, args.layers, args.heads, args.block, args.batch)
-    shape.warmup_steps = min(shape.warmup_steps, args.steps // 5)
+    warmup = min(WARMUP_STEPS, args.steps // 5)
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.data.resolve()
 
     if args.profile:
-        profile_bf16(shape, data, args.out.resolve(), args.profile_steps)
+        profile_bf16(shape, data, args.out.resolve(), args.profile_steps, warmup)
         return
     rows = []
     if args.nanogpt is not None:
         with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-            copy = prepare_nanogpt(args.nanogpt.resolve(), data, Path(work))
-            rows.append(run_nanogpt(copy, shape, args.steps))
+            copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+            rows.append(run_nanogpt(copy, shape, args.steps, warmup))
     for precision in ("32-true", "bf16-mixed"):
         for compile in (False, True) if args.compile else (False,):
-            rows.append(
-                run_xfmr(shape, data, args.out.resolve(), args.steps, precision, compile=compile)
-            )
+            out = args.out.resolve()
+            rows.append(run_xfmr(shape, data, out, args.steps, warmup, precision, compile=compile))
     peaks = {
         "32-true": peak_flops("32-true", args.out, args.peak_tflops_fp32),
         "bf16-mixed": peak_flops("bf16-mixed", args.out, args.peak_tflops_bf16),

@@ -49,11 +49,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
@@ -62,31 +59,19 @@ from pathlib import Path
 import lightning
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt_throughput import (  # noqa: E402
-    NANOGPT_LINE,
-    SETTLE_STEPS,
-    Shape,
-    flops_per_token,
-    prepare_nanogpt,
-)
-from nanogpt_loss import nanogpt_loss, validation_blocks  # noqa: E402
-
-from xfmr.checks import device_precision  # noqa: E402
-from xfmr.runs.evaluation import evaluate_loss  # noqa: E402
-from xfmr.training.throughput import (  # noqa: E402
-    Peak,
-    device_name,
-    mfu,
-    precision_dtype,
-    resolve_peak,
-)
+from common import nanogpt
+from common.nanogpt import SETTLE_STEPS
+from common.xfmr_runs import Shape, flops_per_token, validation_blocks, xfmr_train
+from xfmr.checks import device_precision
+from xfmr.runs.evaluation import evaluate_loss
+from xfmr.training.throughput import Peak, device_name, mfu, precision_dtype, resolve_peak
 
 SHAKESPEARE = Shape(d_model=384, n_layers=6, n_heads=6, block_size=256, batch_size=64)
 GPT2_SMALL = Shape(d_model=768, n_layers=12, n_heads=12, block_size=1024, batch_size=16)
 TINY_SHAKESPEARE = Shape(d_model=64, n_layers=2, n_heads=2, block_size=32, batch_size=4)
 TINY_GPT2 = Shape(d_model=64, n_layers=2, n_heads=2, block_size=64, batch_size=2)
 DROPOUT = 0.2
+LR = 1e-3  # nanoGPT's learning_rate in config/train_shakespeare_char.py
 WARMUP = 100  # nanoGPT's warmup_iters
 XFMR = "xfmr-train"
 NANOGPT = "nanoGPT train.py"
@@ -148,19 +133,12 @@ class Report:
         return {**self.header, "rows": rows, "goals": [asdict(g) for g in goals(self.rows)]}
 
 
-def xfmr_command(shape: Shape, setup: Setup, steps: int, run_dir: Path) -> list[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
+def xfmr_overrides(shape: Shape, setup: Setup, steps: int) -> list[str]:
+    overrides = [
         "experiment=nanogpt_shakespeare_char",
         f"data.path={setup.data}",
-        f"model.d_model={shape.d_model}",
-        f"model.n_layers={shape.n_layers}",
-        f"model.n_heads={shape.n_heads}",
-        f"data.block_size={shape.block_size}",
-        f"data.batch_size={shape.batch_size}",
-        f"optim.lr={shape.lr}",
+        *shape.overrides(),
+        f"optim.lr={LR}",
         f"schedule.warmup_steps={min(WARMUP, max(1, steps // 5))}",
         f"trainer.max_steps={steps}",
         f"trainer.val_check_interval={steps}",
@@ -172,21 +150,10 @@ def xfmr_command(shape: Shape, setup: Setup, steps: int, run_dir: Path) -> list[
         "callbacks.text_sample=null",
         "logger=none",
         "print_config=false",
-        f"hydra.run.dir={run_dir}",
     ]
     if setup.peak_tflops is not None:
-        command.append(f"throughput.peak_tflops={setup.peak_tflops}")
-    return command
-
-
-def run_quietly(command: list[str], **kwargs) -> str:
-    """The command's output (stdout and stderr); on failure its tail, then exit."""
-    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        tail = output[-4000:]
-        sys.exit(f"{shlex.join(command)}\nfailed ({result.returncode}); it printed:\n{tail}")
-    return output
+        overrides.append(f"throughput.peak_tflops={setup.peak_tflops}")
+    return overrides
 
 
 def compile_fallback(output: str) -> str | None:
@@ -199,14 +166,12 @@ def compile_fallback(output: str) -> str | None:
 
 def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=()):
     """One xfmr-train run; its Row and run directory."""
+    overrides = [*xfmr_overrides(shape, setup, steps), f"compile={mode}", *extra]
     run_dir = setup.out / f"xfmr-{table}-compile-{mode}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    command = [*xfmr_command(shape, setup, steps, run_dir), f"compile={mode}", *extra]
-    env = {**os.environ, "XFMR_CACHE_DIR": str(setup.out / "cache")}
-    output = run_quietly(command, env=env)
-    results = json.loads((run_dir / "results.json").read_text())
+    finished = xfmr_train(overrides, run_dir, setup.out / "cache")
+    results = finished.results
     row = Row(table, XFMR, mode, results["precision"], results["ms_per_step"])
-    row.note = compile_fallback(output) if mode != "false" else None
+    row.note = compile_fallback(finished.output) if mode != "false" else None
     return row, run_dir
 
 
@@ -217,14 +182,10 @@ def nanogpt_args(
     `scored`: its checkpoint holds the weights after exactly `steps` (saved at the evaluation of
     iteration `steps`); otherwise only iteration 0 is evaluated and nothing is saved."""
     args = [
-        "config/train_shakespeare_char.py",
+        nanogpt.CONFIG,
         f"--device={setup.device}",
         f"--compile={mode == 'true'}",
-        f"--n_layer={shape.n_layers}",
-        f"--n_head={shape.n_heads}",
-        f"--n_embd={shape.d_model}",
-        f"--block_size={shape.block_size}",
-        f"--batch_size={shape.batch_size}",
+        *nanogpt.shape_args(shape),
         f"--max_iters={steps}",
         f"--lr_decay_iters={steps}",
         f"--warmup_iters={min(WARMUP, max(1, steps // 5))}",
@@ -242,12 +203,8 @@ def run_nanogpt(table: str, shape: Shape, setup: Setup, steps: int, mode: str, e
     out_dir = setup.copy / f"out-{table}-compile-{mode}"
     scored = table == "shakespeare"
     args = [*nanogpt_args(shape, setup, steps, mode, out_dir, scored=scored), *extra]
-    output = run_quietly([sys.executable, "train.py", *args], cwd=setup.copy)
-    step_ms = [
-        float(m[3])
-        for m in NANOGPT_LINE.finditer(output)
-        if int(m[1]) >= SETTLE_STEPS and int(m[1]) % steps  # evaluation iterations left out
-    ]
+    iterations = nanogpt.train(setup.copy, args)
+    step_ms = nanogpt.timed_ms(iterations, eval_interval=steps)  # evaluation iterations left out
     dtype = "float32" if setup.device != "cuda" else nanogpt_cuda_dtype()
     return Row(table, NANOGPT, mode, dtype, statistics.median(step_ms)), out_dir / "ckpt.pt"
 
@@ -276,7 +233,7 @@ def shakespeare_rows(args, setup: Setup, report: Report) -> None:
         if mode in NANOGPT_MODES:
             nanogpt_row, checkpoint = run_nanogpt("shakespeare", shape, setup, args.steps, mode)
             with contextlib.redirect_stdout(sys.stderr):  # its model prints its size
-                nanogpt_row.val_loss = nanogpt_loss(
+                nanogpt_row.val_loss = nanogpt.checkpoint_loss(
                     setup.copy, checkpoint, xfmr_run, loader, device=setup.device
                 )
             report.add(with_mfu(nanogpt_row, shape, fpt, setup.peak))
@@ -423,18 +380,16 @@ def profile_gpt2(args, setup: Setup) -> None:
     process (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they
     are recorded), its tables printed here."""
     steps = SETTLE_STEPS + args.profile_steps + 2
-    run_dir = setup.out / "xfmr-gpt2-profile"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    command = [
-        *xfmr_command(gpt2_shape(args), setup, steps, run_dir),
+    overrides = [
+        *xfmr_overrides(gpt2_shape(args), setup, steps),
         "callbacks.model_checkpoint=null",
         "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",
         f"+callbacks.profile.steps={args.profile_steps}",
     ]
-    env = {**os.environ, "XFMR_CACHE_DIR": str(setup.out / "cache")}
-    output = run_quietly(command, env=env)
-    print(f"\ntorch.profiler, GPT-2-small-shaped, {setup.precision}: {printed_profile(output)}")
+    finished = xfmr_train(overrides, setup.out / "xfmr-gpt2-profile", setup.out / "cache")
+    profile = printed_profile(finished.output)
+    print(f"\ntorch.profiler, GPT-2-small-shaped, {setup.precision}: {profile}")
 
 
 def printed_profile(stdout: str) -> str:
@@ -522,7 +477,7 @@ def main() -> None:
     print_header(report.header, no_peak_reason(device, precision))
     vocab_size = len(set(data.read_text(encoding="utf-8")))
     with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-        copy = prepare_nanogpt(args.nanogpt.resolve(), data, Path(work))
+        copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
         setup = Setup(args.device, precision, data, out, copy, vocab_size, peak, args.peak_tflops)
         shakespeare_rows(args, setup, report)
         if args.gpt2:

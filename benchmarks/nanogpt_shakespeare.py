@@ -12,45 +12,33 @@ nanoGPT's own figures on this machine kind: val loss 1.886 at step 2000, 33-39 m
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common.xfmr_runs import xfmr_train
 
 NANOGPT = {"val_loss": 1.886, "ms_per_step": "33-39", "wall_s": 80}
 
 
 def run_xfmr(data: Path, out: Path, steps: int, precision: str) -> dict:
-    run_dir = out / f"xfmr-{precision}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
+    overrides = [
         "experiment=nanogpt_shakespeare_char",
         f"data.path={data}",
-        f"hydra.run.dir={run_dir}",
         f"trainer.max_steps={steps}",
         f"trainer.precision={precision}",
         "callbacks.progress_bar=null",
         "print_config=false",
     ]
-    started = time.perf_counter()
-    subprocess.run(
-        cmd,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "XFMR_CACHE_DIR": str(out / "cache")},
-    )
-    results = json.loads((run_dir / "results.json").read_text())
+    finished = xfmr_train(overrides, out / f"xfmr-{precision}", out / "cache")
+    results = finished.results
     return {
         "run": f"xfmr-train ({precision})",
         "steps": results["step"],
         "val_loss": results["metrics"]["val/loss"],
         "ms_per_step": results["ms_per_step"],
-        "wall_s": time.perf_counter() - started,
+        "wall_s": finished.wall_s,
     }
 
 

@@ -42,6 +42,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.xfmr_runs import child_env
+
 PHASES = [
     ("python + CLI imports", "start", "cli"),
     ("compose", "main", "check"),
@@ -74,7 +76,7 @@ def main() -> None:
 def start(scratch: Path, index: int, overrides: list[str]) -> dict[str, float]:
     marks_file = scratch / f"marks-{index}.json"
     run_dir = scratch / f"run-{index}"
-    env = {**os.environ, "XFMR_CACHE_DIR": str(scratch / "cache"), "PYTHONUNBUFFERED": "1"}
+    env = child_env(scratch / "cache", PYTHONUNBUFFERED="1")
     command = [
         sys.executable,
         __file__,

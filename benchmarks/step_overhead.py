@@ -85,7 +85,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = Path(__file__).resolve().parent
+from common.nanogpt import model_classes
+from common.xfmr_runs import Shape, child_env, train_command
+
 SEED = 1337
 VAL_FRACTION = 0.1  # the text datamodule's default: the plain loops train on the same head
 LOG_INTERVAL = 10  # the plain loops read the loss this often; xfmr's trainer.log_every_n_steps
@@ -95,16 +97,7 @@ GOAL = 1.10  # xfmr-train's default row over the plain loop, mean time per step
 LR, BETAS, WEIGHT_DECAY, MIN_LR_RATIO, GRAD_CLIP = 1e-3, (0.9, 0.99), 0.1, 0.1, 1.0
 
 
-@dataclass(frozen=True)
-class Shape:
-    n_layers: int = 6
-    d_model: int = 48
-    n_heads: int = 6
-    block_size: int = 32
-    batch_size: int = 4
-
-
-SHAPE = Shape()
+SHAPE = Shape(d_model=48, n_layers=6, n_heads=6, block_size=32, batch_size=4)
 
 # The parts the rows add back, in order: (entries of conf/callbacks/default.yaml, the other
 # overrides that keep the part off). The bare row has them all off, and every other entry of
@@ -234,13 +227,12 @@ def run_row(
     shutil.rmtree(run_dir, ignore_errors=True)
     record.unlink(missing_ok=True)
     round_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env["XFMR_CACHE_DIR"] = str(args.out / "cache")
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = child_env(args.out / "cache", callbacks=not row.plain, **one_thread)
     if row.plain:
         command = [sys.executable, __file__, f"--plain={row.plain}", f"--record={record}",
                    f"--nanogpt={args.nanogpt}", f"--data={args.data}", f"--steps={args.steps}"]  # fmt: skip
     else:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), env.get("PYTHONPATH")]))
         command = [*xfmr_command(args, run_dir, record), *row.overrides, *extra]
     returncode = run_child(command, env, log, cwd=round_dir, tty=args.tty and not row.plain)
     if returncode != 0 or not record.is_file():
@@ -250,17 +242,10 @@ def run_row(
 
 
 def xfmr_command(args: argparse.Namespace, run_dir: Path, record: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
+    return train_command(
         "experiment=nanogpt_shakespeare_char",
         f"data.path={args.data}",
-        f"model.n_layers={SHAPE.n_layers}",
-        f"model.d_model={SHAPE.d_model}",
-        f"model.n_heads={SHAPE.n_heads}",
-        f"data.block_size={SHAPE.block_size}",
-        f"data.batch_size={SHAPE.batch_size}",
+        *SHAPE.overrides(),
         f"schedule.warmup_steps={lr_warmup_steps(args.steps)}",
         f"trainer.max_steps={args.steps}",
         f"trainer.val_check_interval={args.steps}",
@@ -273,7 +258,7 @@ def xfmr_command(args: argparse.Namespace, run_dir: Path, record: Path) -> list[
         f"+callbacks.step_times.path={record}",
         f"+callbacks.step_times.nanogpt={args.nanogpt}",
         f"+callbacks.step_times.data={args.data}",
-    ]
+    )
 
 
 def run_child(command: list[str], env: dict[str, str], log: Path, *, cwd: Path, tty: bool) -> int:
@@ -508,9 +493,7 @@ class PairedPlainLoop(PlainLoop):
 def plain_model(name: str, nanogpt: Path, *, vocab_size: int) -> tuple[Any, Callable]:
     """(model, loss of (x, y)) for nanoGPT's GPT or xfmr's decoder at SHAPE."""
     if name == "nanogpt":
-        sys.path.insert(0, str(nanogpt))
-        from model import GPT, GPTConfig
-
+        GPT, GPTConfig = model_classes(nanogpt)
         config = GPTConfig(block_size=SHAPE.block_size, vocab_size=vocab_size,
                            n_layer=SHAPE.n_layers, n_head=SHAPE.n_heads, n_embd=SHAPE.d_model,
                            dropout=0.0, bias=False)  # fmt: skip

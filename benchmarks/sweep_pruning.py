@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common.xfmr_runs import child_env, train_command
 
 
 def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, seed: int) -> dict:
@@ -27,10 +28,7 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
         if pruned
         else ["hydra.sweeper.pruner=none"]
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
+    cmd = train_command(
         "-m",
         "experiment=nanogpt_shakespeare_char",
         "hparams_search=nanogpt_lr",
@@ -44,14 +42,14 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
         "callbacks.progress_bar=null",
         "callbacks.text_sample=null",
         "print_config=false",
-    ]
+    )
     started = time.perf_counter()
     # A sweep with a failed trial exits non-zero; its sweep.json still says how every trial ended.
     subprocess.run(
         cmd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "XFMR_CACHE_DIR": str(out / "cache")},
+        env=child_env(out / "cache"),
     )
     wall = time.perf_counter() - started
     summary = json.loads((sweep / "sweep.json").read_text())

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import lightning as L
 
-HERE = Path(__file__).resolve().parent
+from common.xfmr_runs import child_env, train_command, train_config
+
 CORPUS = (
     "the quick brown fox jumps over the lazy dog.\n"
     "a small cat sees a big bird near the river.\n"
@@ -69,26 +70,19 @@ def run_overrides(corpus: Path, steps: int) -> list[str]:
     ]
 
 
-def _env(out: Path) -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "XFMR_CACHE_DIR": str(out / "cache"), "PYTHONPATH": path}
-
-
 def sweep(out: Path, corpus: Path, args: argparse.Namespace, start_method: str) -> dict:
     sweep_dir = out / f"sweep_{start_method}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "xfmr.cli.train",
+    cmd = train_command(
         "-m",
         *run_overrides(corpus, args.steps),
         f"hydra.sweep.dir={sweep_dir}",
         f"hydra.launcher.start_method={start_method}",
         f"hydra.sweeper.workers={args.workers}",
         f"seed=range(1,{args.jobs + 1})",
-    ]
+    )
+    env = child_env(out / "cache", callbacks=True)  # the callback: this script's FirstStep
     started = time.perf_counter()
-    done = subprocess.run(cmd, env=_env(out), capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"the {start_method} sweep failed:\n{done.stdout}{done.stderr}")
@@ -114,8 +108,9 @@ def in_process(out: Path, corpus: Path, args: argparse.Namespace) -> dict:
     """This script again, in a process of its own that trains the 16 runs one after another."""
     cmd = [sys.executable, __file__, "--one-process", str(out), "--steps", str(args.steps)]
     cmd += ["--jobs", str(args.jobs)]
+    env = child_env(out / "cache", callbacks=True)  # the callback: this script's FirstStep
     started = time.perf_counter()
-    done = subprocess.run(cmd, env=_env(out), capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"the in-process runs failed:\n{done.stdout}{done.stderr}")
@@ -124,29 +119,14 @@ def in_process(out: Path, corpus: Path, args: argparse.Namespace) -> dict:
 
 
 def train_in_one_process(out: Path, steps: int, jobs: int) -> None:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from xfmr.checks import check_config
-    from xfmr.paths import config_dir
     from xfmr.training.run import run_training
 
     corpus = out / "corpus.txt"
     train_s, to_first_step = 0.0, []
     for num in range(jobs):
         run_dir = out / "one_process" / str(num)
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            cfg = compose(
-                config_name="train",
-                overrides=[
-                    *run_overrides(corpus, steps),
-                    f"seed={num + 1}",
-                    f"paths.root_dir={out}",
-                    f"paths.output_dir={run_dir}",
-                ],
-            )
-        check_config(cfg)
-        cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        overrides = [*run_overrides(corpus, steps), f"seed={num + 1}"]
+        cfg = train_config([*overrides, f"paths.root_dir={out}", f"paths.output_dir={run_dir}"])
         started = time.time()
         run_training(cfg)
         train_s += time.time() - started

@@ -2,7 +2,7 @@
 the composed config before anything is built, so a mistake answers in about a second.
 
 A key the composed config does not have (another data module's, a switched-off callback's) is
-skipped. `model.*` and `pos.*` are checked by `ModelConfig` itself.
+skipped. `model.*`, positions included, is checked by `ModelConfig` itself.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A quick run: the same composition shrunk to seconds (the tests' size), never a figure. A fixed
 # peak FLOP/s: measuring it takes both cores for a second or two, and a busy machine (a test
@@ -132,15 +132,10 @@ def machine() -> str:
     """The machine the figures come from, in one line."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]  # fmt: skip
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    except OSError:
-        pass
+    from xfmr.training.throughput import cpu_model
+
     return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with "
+        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} with "
         f"{torch.get_num_threads()} threads, fp32, Python {platform.python_version()}"
     )
 

@@ -1,0 +1,1 @@
+"""What the benchmark scripts share; benchmarks/README.md says which module holds what."""
