@@ -71,16 +71,19 @@ of steps, and after the same seconds of training, since a step of one need not c
 of the other does."""
 
 
+UNDONE = ("pos=none", "model.bias=true")  # what the experiment sets that an RNN does not read
+
+
 def overrides(args: Any, arch: str, seed: int, *, width: int = 0) -> list[str]:
-    """A run of `arch` (an LSTM of `width`). The LSTM's one change to the experiment besides
-    its width: `pos=none`, as an RNN orders tokens by its recurrence and is refused the
-    experiment's learned positions."""
+    """A run of `arch` (an LSTM of `width`). The LSTM's changes to the experiment besides its
+    width undo what an RNN does not read, which xfmr refuses set for one: `pos=none`, as an
+    RNN orders tokens by its recurrence, and nanoGPT's `model.bias=false` back to the default."""
     common = ["experiment=nanogpt_shakespeare_char", f"data.path={args.data}", f"seed={seed}",
               f"trainer.max_steps={args.steps}", "data.val_batches=50",
               f"trainer.val_check_interval={max(args.steps // 20, 1)}"]  # fmt: skip
     if arch == "decoder":
         return [*common, "arch=decoder"]
-    return [*common, "arch=rnn", "pos=none", "model.rnn_cell=lstm",
+    return [*common, "arch=rnn", *UNDONE, "model.rnn_cell=lstm",
             f"model.n_layers={LSTM_LAYERS}", f"model.d_model={width}"]  # fmt: skip
 
 
@@ -158,7 +161,8 @@ def refusal(lstm_overrides: list[str]) -> str:
     from xfmr.errors import UserError
 
     try:
-        xfmr.compose(*[o for o in lstm_overrides if o != "pos=none"], "hydra.run.dir=unused")
+        alone = [o for o in lstm_overrides if o not in UNDONE]
+        xfmr.compose(*alone, "hydra.run.dir=unused")
     except UserError as e:
         return str(e)
     return ""
@@ -191,7 +195,8 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
     )
     if refused:
         page.add(
-            f"`arch=rnn` alone is refused, in xfmr's words, hence `pos=none`:\n\n    {refused}"
+            f"`arch=rnn` alone is refused, in xfmr's words, hence {' and '.join(UNDONE)}:"
+            f"\n\n    {refused}"
         )
 
 
