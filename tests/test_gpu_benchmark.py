@@ -44,17 +44,18 @@ def printed_rows(table: str) -> list[dict]:
 
 
 def assert_same_row(printed: dict, written: dict) -> None:
-    """A printed row is the written one, to the digits printed."""
+    """A printed row is the written one, to the digits printed: each written number formats as
+    the table printed it. (A tolerance of half the last digit fails now and then: results.json
+    keeps ms/step to 3 decimals, so 12.345 printed as 12.35 sits on its edge.)"""
     assert {k: written[k] for k in ("run", "compile", "precision")} == {
         k: printed[k] for k in ("run", "compile", "precision")
     }
-    assert printed["ms_per_step"] == pytest.approx(written["ms_per_step"], abs=0.005)
-    assert printed["vs_nanogpt"] == pytest.approx(written["vs_nanogpt"], abs=0.005)
-    assert printed["mfu"] == pytest.approx(written["mfu"], abs=0.0005)
+    for key, spec in (("ms_per_step", ".2f"), ("vs_nanogpt", ".2f"), ("mfu", ".1%")):
+        assert format(printed[key], spec) == format(written[key], spec), key
     if printed["val_loss"] is None:
         assert written["val_loss"] is None
     else:
-        assert printed["val_loss"] == pytest.approx(written["val_loss"], abs=0.00005)
+        assert format(printed["val_loss"], ".4f") == format(written["val_loss"], ".4f")
 
 
 @pytest.mark.slow
