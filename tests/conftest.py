@@ -1,26 +1,14 @@
-"""Shared fixtures: tiny data written by the tests, the real CLI in a subprocess, one thread
-for tiny tensors, and random weights for model tests."""
+"""Fixtures: tiny data written by the tests and one thread for tiny tensors; and the slow marker
+on the modules that train. What the tests share besides fixtures is in tests/helpers/."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
-from cli_processes import can_fork, run_module
-
-CORPUS = (
-    "the quick brown fox jumps over the lazy dog.\n"
-    "a small cat sees a big bird near the river.\n"
-    "two owls watch the quiet moon at night.\n"
-) * 40
+from helpers.runs import CORPUS
 
 
 @pytest.fixture
@@ -39,128 +27,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@torch.no_grad()
-def randomize(model: nn.Module, *, std: float, seed: int = 0) -> nn.Module:
-    """Redraw every parameter: norm gains around one, everything else N(0, std^2), so that
-    distributions are far from uniform, no two sequences tie and a weight mapped to the wrong
-    place changes the logits. Eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            noise = torch.randn(param.shape, generator=generator)
-            is_gain = name == "weight" and "norm" in type(module).__name__.lower()
-            param.copy_(1.0 + 0.3 * noise if is_gain else std * noise)
-    return model.eval()
-
-
-# A fixed peak for mfu: a run otherwise times back-to-back matmuls for its CPU's peak FLOP/s
-# (half a second of both cores, every run, as each test has a cache of its own), which
-# tests/test_throughput.py tests on its own.
-PEAK = "throughput.peak_tflops=1"
-
-# Smallest settings that still exercise every part of a run.
-TINY = [
-    "size=tiny",
-    "data.block_size=16",
-    "data.batch_size=4",
-    "trainer.max_steps=4",
-    "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
-    "trainer.val_check_interval=2",
-    "trainer.limit_val_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_model_summary=false",
-    "callbacks.progress_bar=null",
-    "print_config=false",
-    PEAK,
-]
-
-
-@dataclass
-class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-
-def run_cli(
-    args: list[str],
-    cwd: Path,
-    *,
-    timeout: float = 300,
-    module: str = "xfmr.cli.train",
-    env: dict[str, str] | None = None,
-    fresh: bool = False,
-) -> Completed:
-    """`python -m module *args` in a process of its own: forked from a server that has the
-    heavy imports done (tests/cli_processes.py), or a new interpreter with `fresh=True` or an
-    environment that only a start-up reads."""
-    env = {
-        **os.environ,
-        "XFMR_CACHE_DIR": str(cwd / ".cache"),
-        "WANDB_MODE": "offline",
-        "PYTHONUNBUFFERED": "1",
-        **(env or {}),
-    }
-    env.pop("WANDB_API_KEY", None)
-    if not fresh and can_fork(env):
-        return Completed(*run_module(module, args, cwd=cwd, env=env, timeout=timeout))
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    return Completed(proc.returncode, proc.stdout, proc.stderr)
-
-
-def read_results(run_dir: Path) -> dict:
-    return json.loads((run_dir / "results.json").read_text())
-
-
-def compose_config(tmp_path: Path, overrides: list[str]):
-    """The real config tree composed for an in-process `train(cfg)`, resolved as the CLI would,
-    outputs under tmp_path; on a tiny text corpus the test writes unless `data=` is given."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    from xfmr.paths import config_dir
-
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(CORPUS)
-    own_data = any(o.startswith("data=") for o in overrides)
-    text_data = [] if own_data else ["data=text", f"data.path={corpus}", "data.block_size=16"]
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(
-            config_name="train",
-            overrides=[
-                *text_data,
-                "data.batch_size=4",
-                "trainer.max_steps=2",
-                "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
-                "trainer.val_check_interval=2",
-                "trainer.limit_val_batches=1",
-                "trainer.num_sanity_val_steps=0",
-                "trainer.enable_progress_bar=false",
-                "callbacks.progress_bar=null",
-                "logger=none",
-                PEAK,
-                f"paths.root_dir={tmp_path}",
-                f"paths.output_dir={tmp_path / 'run'}",
-                *overrides,
-            ],
-        )
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
 
 
 # Modules whose tests train, start processes or compose every combination (most of the suite's

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.runs import TINY, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY, compose_config
+from helpers.config import compose_config
+from helpers.runs import TINY
 from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
 
 # The real CLI, reporting at exit which heavy modules it had imported by then.

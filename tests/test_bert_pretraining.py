@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.checks import check_config
 from xfmr.data.documents import (
     IS_NEXT,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_cli
+from helpers.cli import run_cli
+from helpers.runs import TINY
 from xfmr.paths import config_dir
 
 

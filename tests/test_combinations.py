@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from conftest import PEAK
+from helpers.runs import PEAK
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_POSITIONS

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CORPUS, TINY, Completed, read_results, run_cli
+from helpers.cli import Completed, run_cli
+from helpers.runs import CORPUS, TINY, read_results
 
 JOBS = ("0", "1", "2", "3")
 

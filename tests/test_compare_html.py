@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from helpers.cli import run_cli
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import run_cli
+from helpers.cli import run_cli
 
 BASELINE = "learned"
 # Three seeds a setting; rotary clearly better, alibi indistinguishable, sinusoidal with one

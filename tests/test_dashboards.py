@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.runs import TINY, read_results
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.checks import check_config
 from xfmr.data.formats.delimited import TextExample
 from xfmr.data.hf import HFLabelledDataModule, HFPairsDataModule, HFTextDataModule, hf_datamodule

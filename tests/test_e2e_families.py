@@ -14,7 +14,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from conftest import CORPUS, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.runs import CORPUS, read_results
 
 # Lean runs: no text sample or progress bar, a fixed peak (no FLOP/s measurement), validation
 # on the whole held-out split.

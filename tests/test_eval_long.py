@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from conftest import compose_config, randomize, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.models import randomize
 from xfmr.nn import ModelConfig, PosConfig, build_model
 from xfmr.nn.config import EXTENDING_POSITIONS, POS_NAMES
 from xfmr.nn.positions import SinusoidalPositions, extend_positions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment_scripts import is_png, run_quick, tables
+from helpers.experiment_scripts import is_png, run_quick, tables
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment_scripts import run_quick
+from helpers.experiment_scripts import run_quick
 
 SETTINGS = {(placement, lr, warmup) for placement in ("pre", "post")
             for lr in ("0.001", "0.003", "0.01") for warmup in ("0", "0.1", "0.3")}  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from experiment_scripts import is_png, run_quick, tables
+from helpers.experiment_scripts import is_png, run_quick, tables
 
 RUNS = ("decoder-seed1", "rnn-seed1", "decoder-seed2", "rnn-seed2")
 SECTIONS = ("The two models", "At equal steps", "At equal training time", "What it shows",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment_scripts import is_png, run_quick, tables
+from helpers.experiment_scripts import is_png, run_quick, tables
 
 SCHEMES = {"learned", "sinusoidal", "relative", "rotary", "alibi", "none"}
 

@@ -13,7 +13,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from conftest import CORPUS, compose_config, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.runs import CORPUS
 from xfmr.paths import config_dir
 
 EXPERIMENT_DIR = config_dir() / "experiment"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPUS, compose_config
+from helpers.config import compose_config
+from helpers.runs import CORPUS
 
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -591,7 +592,7 @@ def test_readme_commands_export_and_its_python_loads(exported, tmp_path: Path) -
     import io
     import shlex
 
-    from conftest import run_cli
+    from helpers.cli import run_cli
 
     commands, python = _readme_sharing()
     section = "\n".join(commands)

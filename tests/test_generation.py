@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import randomize
+from helpers.models import randomize
 from xfmr.generation import GenerationConfig, Hypothesis, generate, sample_text
 from xfmr.generation.processors import length_penalty
 from xfmr.interop.hf import from_hf

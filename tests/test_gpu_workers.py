@@ -6,17 +6,16 @@ jobs are `sweep_app.py`'s, which only record what they were given."""
 from __future__ import annotations
 
 import json
-import os
 from itertools import combinations
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from helpers import helpers_env
+from helpers.cli import run_cli
 from xfmr.errors import UserError
 from xfmr.sweeps.gpus import GpuGroups, GpuPool, describe_groups, divide_gpus
 
-TESTS_DIR = str(Path(__file__).resolve().parent)
 GPUS = [str(i) for i in range(4)]
 
 
@@ -101,16 +100,15 @@ def test_a_group_given_back_is_taken_by_the_next_job() -> None:
 
 
 def _sweep(tmp_path: Path, *overrides: str, gpus: int, trainer: str = "{devices: 1}"):
-    from sweep_app import APP_CONFIG
+    from helpers.sweep_app import APP_CONFIG
 
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "app.yaml").write_text(f"{APP_CONFIG}trainer: {trainer}\n")
-    path = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
     sweep = tmp_path / "sweep"
     args = ["--config-dir", str(conf), "--config-name", "app", "-m", f"hydra.sweep.dir={sweep}"]
-    env = {"PYTHONPATH": path, "XFMR_VISIBLE_GPUS": str(gpus)}
-    result = run_cli([*args, *overrides], tmp_path, module="sweep_app", env=env)
+    env = {**helpers_env(), "XFMR_VISIBLE_GPUS": str(gpus)}
+    result = run_cli([*args, *overrides], tmp_path, module="helpers.sweep_app", env=env)
     jobs = []
     if (sweep / "sweep.json").is_file():
         for job in json.loads((sweep / "sweep.json").read_text())["jobs"]:
@@ -160,7 +158,7 @@ def _gpu_count() -> int:
 
 @pytest.mark.skipif(_gpu_count() < 2, reason="needs two CUDA GPUs")
 def test_a_real_two_gpu_sweep_runs_one_job_per_gpu(tmp_path: Path, corpus: Path) -> None:
-    from conftest import TINY
+    from helpers.runs import TINY
 
     sweep = tmp_path / "sweep"
     args = [*TINY, "data=text", f"data.path={corpus}", "trainer.accelerator=gpu"]

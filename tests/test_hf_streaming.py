@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.checks import check_config
 from xfmr.data.hf import hf_datamodule
 from xfmr.data.hf_stream import LABEL_SCAN_ROWS, HFStreamingDataModule, pack_windows
@@ -310,7 +310,7 @@ def test_a_stream_too_short_for_one_window_says_what_to_change(tmp_path: Path) -
 
 
 def test_the_cli_refuses_val_fraction_with_streaming_in_one_line(tmp_path: Path) -> None:
-    from conftest import run_cli
+    from helpers.cli import run_cli
 
     data_file = _jsonl(tmp_path / "rows.jsonl", [{"text": row} for row in ROWS])
     offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
@@ -343,7 +343,8 @@ def test_the_cli_refuses_val_fraction_with_streaming_in_one_line(tmp_path: Path)
 def test_ddp_processes_stream_their_shares_past_the_end_of_a_pass(tmp_path: Path) -> None:
     """Each of two processes reads half of 30 training rows (~8 batches a pass): 24 steps run
     every share out twice and end at trainer.max_steps, no process left waiting for the other."""
-    from conftest import read_results, run_cli
+    from helpers.cli import run_cli
+    from helpers.runs import read_results
 
     data_file = _jsonl(tmp_path / "rows.jsonl", [{"text": row} for row in ROWS])
     offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}

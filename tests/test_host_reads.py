@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.training.cadence import is_logging_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -115,7 +115,7 @@ def test_a_plain_step_reads_nothing_back_and_a_logging_step_does(tmp_path: Path)
         tmp_path,
         [
             "nonfinite.max_skips=1",
-            "+callbacks.fault={_target_: numeric_faults.NanLossAt, steps: [4]}",
+            "+callbacks.fault={_target_: helpers.numeric_faults.NanLossAt, steps: [4]}",
         ],
     )
     assert {s for s, logging in counted.logging.items() if logging} == LOGGING_STEPS

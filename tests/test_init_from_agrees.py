@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY, compose_config, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.runs import TINY
 from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPUS, compose_config
+from helpers.config import compose_config
+from helpers.runs import CORPUS
 from xfmr.errors import UserError
 from xfmr.text.tokenizers import TokenizerSpec, train_tokenizer
 

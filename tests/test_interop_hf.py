@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import randomize
+from helpers.models import randomize
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import model_summary
 from xfmr.training.model_summary import format_flops, training_flops_line

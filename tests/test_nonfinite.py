@@ -6,23 +6,23 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import TINY, compose_config, read_results, run_cli
-from numeric_faults import finite_weights
+from helpers import helpers_env
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.numeric_faults import finite_weights
+from helpers.runs import TINY, read_results
 from xfmr.errors import RunFailed
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TESTS_DIR = str(Path(__file__).resolve().parent)
-
 
 def _fault(name: str, steps: list[int]) -> str:
-    return f"+callbacks.{name}={{_target_: numeric_faults.{name}, steps: {steps}}}"
+    return f"+callbacks.{name}={{_target_: helpers.numeric_faults.{name}, steps: {steps}}}"
 
 
 def _train(tmp_path: Path, overrides: list[str]) -> dict:
@@ -37,7 +37,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
             "trainer.val_check_interval=5",
             "schedule.warmup_steps=10",  # the lr changes every step
             "callbacks.text_sample=null",
-            f"+callbacks.record={{_target_: numeric_faults.RecordSteps, path: '{record}'}}",
+            f"+callbacks.record={{_target_: helpers.numeric_faults.RecordSteps, path: '{record}'}}",
             *overrides,
         ],
     )
@@ -64,7 +64,7 @@ def test_nan_loss_stops_the_run_at_its_step_with_the_checkpoints_from_before(
             _fault("NanLossAt", [3]),
         ],
         tmp_path,
-        env={"PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])},
+        env=helpers_env(),
     )
     assert result.returncode == 1, result.output
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]

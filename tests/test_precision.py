@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 import xfmr.checks
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.checks import check_precision, device_precision, resolve_precision
 from xfmr.errors import UserError
 
@@ -68,7 +68,7 @@ def test_an_unknown_precision_is_refused_naming_auto() -> None:
 
 
 def _history(tmp_path: Path, *overrides: str) -> tuple[str, list[dict]]:
-    from conftest import read_results
+    from helpers.runs import read_results
     from xfmr.training.run import train
 
     tmp_path.mkdir(exist_ok=True)

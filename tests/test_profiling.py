@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.training.profiling import (
     ProfileSteps,
     attribute,

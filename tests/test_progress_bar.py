@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.paths import config_dir
 from xfmr.training.callbacks import StepProgressBar
 from xfmr.training.run import train

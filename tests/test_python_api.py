@@ -19,7 +19,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import xfmr
-from conftest import CORPUS, TINY, run_cli
+from helpers.cli import run_cli
+from helpers.runs import CORPUS, TINY
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

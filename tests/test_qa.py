@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.data.squad import QAItem, SquadDataModule, answer_tokens, split_windows
 from xfmr.errors import UserError
 from xfmr.objectives.qa import QuestionAnsweringObjective, SpanSources, best_spans

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPUS, PEAK, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.runs import CORPUS, PEAK, read_results
 
 # Kills the training process at a chosen point: after the optimizer step of `step` ("train"),
 # in the middle of the validation that follows `step` ("validation"), or while the checkpoint

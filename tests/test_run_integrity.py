@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY, compose_config, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.runs import TINY, read_results
 from xfmr.errors import DiskFull, RunFailed, UserError
 from xfmr.files import atomic_path, atomic_write_bytes, write_json
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPUS, TINY, compose_config, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
+from helpers.runs import CORPUS, TINY
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.run_dir.checkpoints import read_checkpoint

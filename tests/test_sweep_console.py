@@ -6,28 +6,25 @@ which train nothing, so these tests time the sweep machinery alone."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
-
-TESTS_DIR = str(Path(__file__).resolve().parent)
+from helpers import helpers_env
+from helpers.cli import run_cli
 
 
 def _sweep(tmp_path: Path, *overrides: str, fresh: bool = False):
-    from sweep_app import APP_CONFIG
+    from helpers.sweep_app import APP_CONFIG
 
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "app.yaml").write_text(APP_CONFIG)
-    path = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
     sweep = tmp_path / "sweep"
     args = ["--config-dir", str(conf), "--config-name", "app", "-m", f"hydra.sweep.dir={sweep}"]
     result = run_cli(
-        [*args, *overrides], tmp_path, module="sweep_app", env={"PYTHONPATH": path}, fresh=fresh
+        [*args, *overrides], tmp_path, module="helpers.sweep_app", env=helpers_env(), fresh=fresh
     )
     jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]
     return result, {job["overrides"][-1]: job for job in jobs}

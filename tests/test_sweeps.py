@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, TINY, read_results, run_cli
+from helpers import helpers_env
+from helpers.cli import run_cli
+from helpers.runs import CORPUS, TINY, read_results
 
 pytestmark = pytest.mark.slow
 
 QUIET = [*TINY, "logger=none", "callbacks.text_sample=null"]
-TESTS_DIR = str(Path(__file__).resolve().parent)
 
 
 def _text(corpus: Path) -> list[str]:
@@ -31,8 +32,8 @@ def _scenarios(root: Path) -> Path:
     conf.mkdir(parents=True)
     files = {
         "ok": "",
-        "raise": "callbacks:\n  fault:\n    _target_: sweep_faults.Raise\n",
-        "kill": "callbacks:\n  fault:\n    _target_: sweep_faults.Kill\n",
+        "raise": "callbacks:\n  fault:\n    _target_: helpers.sweep_faults.Raise\n",
+        "kill": "callbacks:\n  fault:\n    _target_: helpers.sweep_faults.Kill\n",
         "exit": "model:\n  d_model: 63\n",  # a config check refuses it (sys.exit)
         "infinite": "optim:\n  lr: 1.0e+30\n",  # the loss stops being finite
     }
@@ -54,10 +55,7 @@ def test_grid_records_every_failure_and_runs_every_other_job(tmp_path: Path, cor
             "+scenario=raise,exit,kill,infinite,ok",
         ],
         tmp_path,
-        # The caller's PYTHONPATH kept: a checkout other than the installed one stays first.
-        env={
-            "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
-        },
+        env=helpers_env(),  # the callbacks' module, ahead of the caller's PYTHONPATH
     )
     assert result.returncode == 1, result.output  # failures make the sweep exit non-zero
     summary = _sweep_summary(sweep)

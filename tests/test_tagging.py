@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.data.conll import ConllDataModule
 from xfmr.errors import UserError
 from xfmr.objectives import IGNORE_INDEX, TaggingObjective

@@ -18,7 +18,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import compose_config, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model

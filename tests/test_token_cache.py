@@ -18,7 +18,8 @@ import pytest
 import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from conftest import CORPUS, compose_config
+from helpers.config import compose_config
+from helpers.runs import CORPUS
 from xfmr.data.documents import DocumentsDataModule
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.objectives.clm import CausalLMObjective

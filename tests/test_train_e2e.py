@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY, read_results, run_cli
+from helpers.cli import run_cli
+from helpers.runs import TINY, read_results
 
 
 def _text(corpus: Path) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.errors import UserError
 
 

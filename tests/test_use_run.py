@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import compose_config, run_cli
+from helpers.cli import run_cli
+from helpers.config import compose_config
 from xfmr.data.parallel import toy_translation
 from xfmr.data.synthetic import sentence
 from xfmr.nn import ModelConfig, build_model

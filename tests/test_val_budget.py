@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_config
+from helpers.config import compose_config
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 from xfmr.runs.evaluation_data import data_with_overrides

@@ -3,7 +3,7 @@ stdout and stderr, logs a line, sleeps `sleep` seconds if the config has it, and
 results.json with its score, its pid, its parent's command line, its CUDA_VISIBLE_DEVICES and
 when it started and ended (a job with x=0 raises).
 
-    python sweep_app.py --config-dir DIR --config-name app -m x=1,2
+    python -m helpers.sweep_app --config-dir DIR --config-name app -m x=1,2  (in tests/)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Lightning callbacks that make a sweep's job fail the way real jobs do, mid-training: an
 exception, or a SIGKILL (what the kernel's out-of-memory killer sends). A scenario config adds
-one with `callbacks: {fault: {_target_: sweep_faults.Raise}}`."""
+one with `callbacks: {fault: {_target_: helpers.sweep_faults.Raise}}`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Lightning callbacks that make chosen training steps go non-finite, the way a too-high learning
 rate or a low precision does, and one that records what each step changed. A test adds them with
-`+callbacks.fault={_target_: numeric_faults.NanLossAt, steps: [3]}` (tests/ on the path)."""
+`+callbacks.fault={_target_: helpers.numeric_faults.NanLossAt, steps: [3]}` (tests/ on the
+path: `helpers.helpers_env()` for a process of its own)."""
 
 from __future__ import annotations
 

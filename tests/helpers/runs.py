@@ -1,0 +1,38 @@
+"""Tiny runs: the text they train on, the smallest settings that still exercise every part of a
+run, and reading what a finished run wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog.\n"
+    "a small cat sees a big bird near the river.\n"
+    "two owls watch the quiet moon at night.\n"
+) * 40
+
+# A fixed peak for mfu: a run otherwise times back-to-back matmuls for its CPU's peak FLOP/s
+# (half a second of both cores, every run, as each test has a cache of its own), which
+# tests/test_throughput.py tests on its own.
+PEAK = "throughput.peak_tflops=1"
+
+# Smallest settings that still exercise every part of a run.
+TINY = [
+    "size=tiny",
+    "data.block_size=16",
+    "data.batch_size=4",
+    "trainer.max_steps=4",
+    "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    PEAK,
+]
+
+
+def read_results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
