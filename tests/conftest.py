@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import TESTS_DIR
 from helpers.runs import CORPUS
 
 
@@ -30,47 +31,50 @@ def one_thread():
 
 
 # Modules whose tests train, start processes or compose every combination (most of the suite's
-# time): `make test-fast` (-m "not slow") leaves them out for a loop of under a minute while
-# editing; `make test` and CI run them.
+# time), by their path in tests/: `make test-fast` (-m "not slow") leaves them out for a loop of
+# under a minute while editing; `make test` and CI run them.
 SLOW_MODULES = {
-    "test_adding_an_objective.py",
-    "test_bad_input.py",
-    "test_bert_pretraining.py",
-    "test_cli_errors.py",
-    "test_cli_grammar.py",
-    "test_combinations.py",
-    "test_compare.py",
-    "test_compare_html.py",
-    "test_compare_stats.py",
-    "test_dashboards.py",
-    "test_data_sources.py",
-    "test_e2e_families.py",
-    "test_eval_long.py",
-    "test_experiments.py",
-    "test_export_hf.py",
-    "test_gpu_workers.py",
-    "test_hf_streaming.py",
-    "test_init_from_agrees.py",
-    "test_nonfinite.py",
-    "test_positions_footing.py",
-    "test_progress_bar.py",
-    "test_python_api.py",
-    "test_quickstart_notebook.py",
-    "test_readme_python.py",
-    "test_resume.py",
-    "test_run_integrity.py",
-    "test_safe_loading.py",
-    "test_sweep_console.py",
-    "test_throughput.py",
-    "test_token_cache.py",
-    "test_tokenizer_sample.py",
-    "test_train_e2e.py",
-    "test_transfer.py",
-    "test_use_run.py",
+    "api/test_python_api.py",
+    "cli/test_bad_input.py",
+    "cli/test_cli_errors.py",
+    "cli/test_cli_grammar.py",
+    "conf/test_combinations.py",
+    "conf/test_experiments.py",
+    "data/test_data_sources.py",
+    "data/test_hf_streaming.py",
+    "docs/test_adding_an_objective.py",
+    "docs/test_quickstart_notebook.py",
+    "docs/test_readme_python.py",
+    "e2e/test_e2e_families.py",
+    "e2e/test_train_e2e.py",
+    "interop/test_export_hf.py",
+    "nn/test_positions_footing.py",
+    "objectives/test_bert_pretraining.py",
+    "runs/test_compare.py",
+    "runs/test_compare_html.py",
+    "runs/test_compare_stats.py",
+    "runs/test_eval_long.py",
+    "runs/test_safe_loading.py",
+    "runs/test_use_run.py",
+    "sweeps/test_dashboards.py",
+    "sweeps/test_gpu_workers.py",
+    "sweeps/test_sweep_console.py",
+    "text/test_token_cache.py",
+    "text/test_tokenizer_sample.py",
+    "training/test_init_from_agrees.py",
+    "training/test_nonfinite.py",
+    "training/test_progress_bar.py",
+    "training/test_resume.py",
+    "training/test_run_integrity.py",
+    "training/test_throughput.py",
+    "training/test_transfer.py",
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    moved = sorted(name for name in SLOW_MODULES if not (TESTS_DIR / name).is_file())
+    if moved:  # a module moved or renamed would silently join the fast loop
+        raise pytest.UsageError(f"SLOW_MODULES in tests/conftest.py names no file: {moved}")
     for item in items:
-        if item.path.name in SLOW_MODULES:
+        if item.path.resolve().relative_to(TESTS_DIR).as_posix() in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)

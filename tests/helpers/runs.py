@@ -14,7 +14,7 @@ CORPUS = (
 
 # A fixed peak for mfu: a run otherwise times back-to-back matmuls for its CPU's peak FLOP/s
 # (half a second of both cores, every run, as each test has a cache of its own), which
-# tests/test_throughput.py tests on its own.
+# tests/training/test_throughput.py tests on its own.
 PEAK = "throughput.peak_tflops=1"
 
 # Smallest settings that still exercise every part of a run.

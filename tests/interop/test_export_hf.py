@@ -576,7 +576,7 @@ def _readme_sharing() -> tuple[list[str], str]:
     """README's "Sharing a model": its xfmr-export commands and its Python block."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = text[text.index("### Sharing a model") :]
     section = section[: section.index("\n## ")]
     commands = re.findall(r"^    (xfmr-export [^#\n]*?)\s*(?:#.*)?$", section, flags=re.M)

@@ -339,7 +339,7 @@ def test_bf16_mixed_trains_on_cpu_with_a_fused_optimizer_and_reports_mfu(tmp_pat
         [
             "trainer.precision=bf16-mixed",
             "trainer.accelerator=cpu",
-            "+callbacks.bar_probe._target_=test_throughput.BarProbe",
+            f"+callbacks.bar_probe._target_={__name__}.BarProbe",
         ],
     )
     losses = [entry["val/loss"] for entry in results["history"]]

@@ -49,7 +49,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
         [
             "size=tiny",
             "trainer.enable_model_summary=true",
-            "+callbacks.summary_probe._target_=test_model_summary.SummaryProbe",
+            f"+callbacks.summary_probe._target_={__name__}.SummaryProbe",
             *overrides,
         ],
     )

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
 from helpers.cli import run_cli
 from helpers.runs import TINY, read_results
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FILES = ("my_objectives/smoothed_clm.py", "my_configs/objective/smoothed_clm.yaml")
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from helpers import ROOT
+
+README = ROOT / "README.md"
 LONG = '"trainer.max_steps=200"'
 # Four steps, validated twice, no closing sample and no peak-FLOPs measurement.
 SHORT = ", ".join(

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
-SRC = Path(__file__).resolve().parents[1] / "src"
+from helpers import ROOT
+
+NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+SRC = ROOT / "src"
 STEPS = 6
 
 

@@ -1,5 +1,6 @@
 """The non-finite guard's record on its own: verdicts written on the device, read back only when
-settled, and the gradient norms it shares with clipping. tests/test_nonfinite.py trains."""
+settled, and the gradient norms it shares with clipping. tests/training/test_nonfinite.py
+trains."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 SHARED = Path(os.environ.get("XFMR_SHARED", ROOT.parent / "shared"))
 NANOGPT = SHARED / "third_party" / "nanoGPT"
 SHAKESPEARE = SHARED / "data" / "tinyshakespeare" / "input.txt"

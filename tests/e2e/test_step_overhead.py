@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 SHARED = Path(os.environ.get("XFMR_SHARED", ROOT.parent / "shared"))
 NANOGPT = SHARED / "third_party" / "nanoGPT"
 ROWS = [  # --quick's

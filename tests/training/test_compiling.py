@@ -1,6 +1,7 @@
 """`compile`'s modes, and the compiled training step's fallbacks: a batch shape past the CUDA graphs
 it records, or a compile that fails, runs eagerly with one line instead of failing mid-run.
-torch.compile itself is replaced by a recorder here; tests/test_throughput.py compiles for real."""
+torch.compile itself is replaced by a recorder here; tests/training/test_throughput.py compiles
+for real."""
 
 from __future__ import annotations
 

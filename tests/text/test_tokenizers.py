@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
 from xfmr.text.tokenizers import (
     TextTokenizer,
     TokenizerSpec,
@@ -320,7 +321,7 @@ def test_shipped_yaml_keys_are_spec_fields() -> None:
     """Every conf/tokenizer/*.yaml builds a TokenizerSpec (pretrained once given a path)."""
     import yaml
 
-    conf = Path(__file__).resolve().parents[1] / "conf" / "tokenizer"
+    conf = ROOT / "conf" / "tokenizer"
     names = sorted(p.stem for p in conf.glob("*.yaml"))
     assert {"bpe", "wordpiece", "unigram", "pretrained", "char", "byte_bpe"} <= set(names)
     for name in names:

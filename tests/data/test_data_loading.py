@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
-from pathlib import Path
 from types import SimpleNamespace
 
 import hydra.utils
@@ -18,6 +17,7 @@ from lightning.pytorch.trainer.connectors.data_connector import _worker_check
 from omegaconf import OmegaConf
 
 import xfmr.data.loading as loading
+from helpers import ROOT
 from xfmr.data.base import ExamplesDataModule
 from xfmr.data.hf_stream import HFStreamingDataModule, StreamedExamples
 from xfmr.data.loading import MAX_AUTO_WORKERS, auto_workers, device_loading
@@ -28,7 +28,7 @@ from xfmr.ranges import check_numbers
 
 # The tests give a loader more workers than this machine's CPUs (built, never started).
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
-CONF_DATA = Path(__file__).resolve().parents[1] / "conf" / "data"
+CONF_DATA = ROOT / "conf" / "data"
 CUDA, CPU = torch.device("cuda", 0), torch.device("cpu")
 
 
