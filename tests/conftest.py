@@ -1,5 +1,6 @@
-"""Fixtures: tiny data written by the tests and one thread for tiny tensors; and the slow marker
-on the modules that train. What the tests share besides fixtures is in tests/helpers/."""
+"""Fixtures: tiny data written by the tests, one thread for tiny tensors and a tiny run trained
+once for the tests that only read one; and the slow marker on the modules that train. What the
+tests share besides fixtures is in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from helpers import TESTS_DIR
-from helpers.runs import CORPUS
+from helpers.cli import run_cli
+from helpers.runs import CORPUS, TINY, TinyRun
 
 
 @pytest.fixture
@@ -28,6 +30,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """TINY on CORPUS, trained by the real `xfmr-train` once per process (each xdist worker has
+    its own) for every test that only reads a finished run. Nothing writes into it: a test that
+    resumes or evaluates a run works on `tiny_run.copy(tmp_path / "run")`."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    corpus = root / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    args = (*TINY, "data=text", f"data.path={corpus}")
+    run_dir = root / "run"
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], root)
+    assert result.returncode == 0, result.output
+    return TinyRun(run_dir, args)
 
 
 # Modules whose tests train, start processes or compose every combination (most of the suite's

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 import xfmr
 from helpers.cli import run_cli
-from helpers.runs import CORPUS, TINY
+from helpers.runs import CORPUS, TINY, TinyRun
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -43,10 +43,9 @@ def tiny(root: Path, *extra: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> xfmr.Run:
-    root = tmp_path_factory.mktemp("finished")
-    return xfmr.train(xfmr.compose(*tiny(root)))
+@pytest.fixture
+def finished(tiny_run: TinyRun) -> xfmr.Run:
+    return xfmr.open_run(tiny_run.dir)
 
 
 def test_import_xfmr_and_compose_load_neither_torch_nor_lightning() -> None:
@@ -213,9 +212,9 @@ def test_ctrl_c_stops_with_a_checkpoint_and_training_again_resumes(
 
 
 def test_a_finished_run_generates_evaluates_draws_and_exports(
-    finished: xfmr.Run, tmp_path: Path
+    tiny_run: TinyRun, tmp_path: Path
 ) -> None:
-    run = xfmr.open_run(finished.path)
+    run = xfmr.open_run(tiny_run.copy(tmp_path / "finished"))  # evaluating writes eval.json
     text = run.generate("the quick", max_new_tokens=5)
     assert isinstance(text, str) and text
     both = run.generate(["the quick", "a small"], max_new_tokens=5)

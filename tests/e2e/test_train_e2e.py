@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers.cli import run_cli
-from helpers.runs import TINY, read_results
+from helpers.runs import TINY, TinyRun, read_results
 
 
 def _text(corpus: Path) -> list[str]:
@@ -63,20 +63,18 @@ def test_single_run_writes_a_complete_run_directory(tmp_path: Path, corpus: Path
     assert any(row.get("val/loss") for row in rows)
 
 
-def test_restart_in_same_directory_resumes(tmp_path: Path, corpus: Path) -> None:
-    run_dir = tmp_path / "run"
-    first = run_cli([*_text(corpus), f"hydra.run.dir={run_dir}"], tmp_path)
-    assert first.returncode == 0, first.output
+def test_restart_in_same_directory_resumes(tmp_path: Path, tiny_run: TinyRun) -> None:
+    run_dir = tiny_run.copy(tmp_path / "run")
     last = run_dir / "checkpoints" / "last.ckpt"
     saved = last.stat().st_mtime_ns
 
-    mismatched = run_cli([*_text(corpus), f"hydra.run.dir={run_dir}", "model.d_model=32"], tmp_path)
+    mismatched = run_cli([*tiny_run.args, f"hydra.run.dir={run_dir}", "model.d_model=32"], tmp_path)
     assert mismatched.returncode != 0
     assert "d_model: checkpoint 64 vs config 32" in mismatched.output, mismatched.output
     assert "Traceback" not in mismatched.output
     assert last.stat().st_mtime_ns == saved, "a refused resume must not touch the saved checkpoint"
 
-    second = run_cli([*_text(corpus), f"hydra.run.dir={run_dir}", "trainer.max_steps=8"], tmp_path)
+    second = run_cli([*tiny_run.args, f"hydra.run.dir={run_dir}", "trainer.max_steps=8"], tmp_path)
     assert second.returncode == 0, second.output
     results = read_results(run_dir)
     assert results["step"] == 8
@@ -85,14 +83,12 @@ def test_restart_in_same_directory_resumes(tmp_path: Path, corpus: Path) -> None
 
 
 def test_explicit_ckpt_path_starts_a_new_directory_from_a_checkpoint(
-    tmp_path: Path, corpus: Path
+    tmp_path: Path, tiny_run: TinyRun
 ) -> None:
-    first = run_cli([*_text(corpus), f"hydra.run.dir={tmp_path / 'a'}"], tmp_path)
-    assert first.returncode == 0, first.output
-    ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    ckpt = tiny_run.dir / "checkpoints" / "last.ckpt"
     second = run_cli(
         [
-            *_text(corpus),
+            *tiny_run.args,
             f"hydra.run.dir={tmp_path / 'b'}",
             f"ckpt_path={ckpt}",
             "trainer.max_steps=6",

@@ -4,6 +4,8 @@ run, and reading what a finished run wrote."""
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 CORPUS = (
@@ -36,3 +38,18 @@ TINY = [
 
 def read_results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """A finished run of TINY on CORPUS by the real `xfmr-train`: `dir`, its run directory, and
+    `args`, the command line it was trained with (its hydra.run.dir aside), for a test that runs
+    it again. Shared by the tests that only read a run (tests/conftest.py's `tiny_run`); a test
+    that writes into a run (resumes it, evaluates it into eval.json) works on a `copy`."""
+
+    dir: Path
+    args: tuple[str, ...]
+
+    def copy(self, to: Path) -> Path:
+        shutil.copytree(self.dir, to)
+        return to

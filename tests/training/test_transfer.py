@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers.config import compose_config
+from helpers.runs import TinyRun
 from xfmr.errors import UserError
 
 
@@ -16,19 +17,12 @@ def _weights(run_dir: Path, checkpoint: str = "last.ckpt") -> dict[str, torch.Te
     return {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
 
 
-def _pretrain(tmp_path: Path) -> Path:
+def test_finetune_starts_from_the_pretrained_weights_and_reports_them(
+    tmp_path: Path, tiny_run: TinyRun
+) -> None:
     from xfmr.training.run import train
 
-    out = tmp_path / "pretrain"
-    out.mkdir()
-    train(compose_config(out, ["size=tiny", "trainer.max_steps=4"]))
-    return out / "run"
-
-
-def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: Path) -> None:
-    from xfmr.training.run import train
-
-    pretrained = _pretrain(tmp_path)
+    pretrained = tiny_run.dir
     out = tmp_path / "finetune"
     out.mkdir()
     cfg = compose_config(
@@ -47,10 +41,12 @@ def test_finetune_starts_from_the_pretrained_weights_and_reports_them(tmp_path: 
     ).read_text()
 
 
-def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(tmp_path: Path) -> None:
+def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(
+    tmp_path: Path, tiny_run: TinyRun
+) -> None:
     from xfmr.training.run import train
 
-    pretrained = _pretrain(tmp_path)
+    pretrained = tiny_run.dir
     out = tmp_path / "frozen"
     out.mkdir()
     frozen = ["size=tiny", f"init_from={pretrained}", "finetune.freeze_backbone=true"]
@@ -72,10 +68,10 @@ def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(tmp_path: Pat
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("backbone."))
 
 
-def test_nothing_in_common_is_refused(tmp_path: Path) -> None:
+def test_nothing_in_common_is_refused(tmp_path: Path, tiny_run: TinyRun) -> None:
     from xfmr.training.run import train
 
-    pretrained = _pretrain(tmp_path)
+    pretrained = tiny_run.dir
     out = tmp_path / "rnn"
     out.mkdir()
     with pytest.raises(UserError, match="no tensor matches"):
@@ -127,10 +123,12 @@ def test_bert_style_mlm_pretraining_then_classification_carries_the_backbone(
     assert "val/acc" in results["metrics"]
 
 
-def test_source_tokenizer_without_the_objectives_tokens_is_refused(tmp_path: Path) -> None:
+def test_source_tokenizer_without_the_objectives_tokens_is_refused(
+    tmp_path: Path, tiny_run: TinyRun
+) -> None:
     from xfmr.training.run import train
 
-    pretrained = _pretrain(tmp_path)  # char tokenizer: no [CLS] or [SEP]
+    pretrained = tiny_run.dir  # char tokenizer: no [CLS] or [SEP]
     tsv = tmp_path / "labelled.tsv"
     tsv.write_text("sentence\tlabel\nthe quick fox\tpos\nthe dog\tneg\n")
     out = tmp_path / "cls"
