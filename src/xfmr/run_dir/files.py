@@ -1,6 +1,6 @@
 """Where a run directory keeps what `xfmr-train` wrote, found and checked without torch so the
 entry points that use a run answer a mistake in about a second. Every name a run, a sweep or
-an export gives a file is spelled here once (tests/test_run_file_names.py holds src/ to it).
+an export gives a file is spelled here once (tests/run_dir/test_run_file_names.py holds src/ to it).
 
     RUN_DIR/config.yaml                      the resolved config
     RUN_DIR/tokenizer.json                   the run's tokenizer

@@ -1,0 +1,55 @@
+"""Tiny runs: the text they train on, the smallest settings that still exercise every part of a
+run, and reading what a finished run wrote."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog.\n"
+    "a small cat sees a big bird near the river.\n"
+    "two owls watch the quiet moon at night.\n"
+) * 40
+
+# A fixed peak for mfu: a run otherwise times back-to-back matmuls for its CPU's peak FLOP/s
+# (half a second of both cores, every run, as each test has a cache of its own), which
+# tests/training/test_throughput.py tests on its own.
+PEAK = "throughput.peak_tflops=1"
+
+# Smallest settings that still exercise every part of a run.
+TINY = [
+    "size=tiny",
+    "data.block_size=16",
+    "data.batch_size=4",
+    "trainer.max_steps=4",
+    "schedule.warmup_steps=1",  # a warm-up longer than the run is refused
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    PEAK,
+]
+
+
+def read_results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """A finished run of TINY on CORPUS by the real `xfmr-train`: `dir`, its run directory, and
+    `args`, the command line it was trained with (its hydra.run.dir aside), for a test that runs
+    it again. Shared by the tests that only read a run (tests/conftest.py's `tiny_run`); a test
+    that writes into a run (resumes it, evaluates it into eval.json) works on a `copy`."""
+
+    dir: Path
+    args: tuple[str, ...]
+
+    def copy(self, to: Path) -> Path:
+        shutil.copytree(self.dir, to)
+        return to

@@ -1,0 +1,102 @@
+"""`compile`'s modes, and the compiled training step's fallbacks: a batch shape past the CUDA graphs
+it records, or a compile that fails, runs eagerly with one line instead of failing mid-run.
+torch.compile itself is replaced by a recorder here; tests/training/test_throughput.py compiles
+for real."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from xfmr.checks import compile_mode
+from xfmr.errors import UserError
+from xfmr.training import compiling
+from xfmr.training.compiling import MAX_GRAPHS, CompiledStep
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        (False, None),
+        (True, "default"),
+        ("reduce-overhead", "reduce-overhead"),
+        ("max-autotune", "max-autotune"),
+        (None, None),
+    ],
+)
+def test_compile_names_torch_compile_s_mode(value, mode) -> None:
+    assert compile_mode(value) == mode
+
+
+def test_an_unknown_compile_mode_is_refused_naming_the_key_and_the_modes() -> None:
+    with pytest.raises(UserError) as refused:
+        compile_mode("fast")
+    message = str(refused.value)
+    assert "compile='fast'" in message
+    assert all(mode in message for mode in ("true", "reduce-overhead", "max-autotune"))
+
+
+class Recorder:
+    """Stands for torch.compile: records the mode and the batches the compiled step ran."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.modes: list[str] = []
+        self.ran: list[tuple] = []
+        self.fail = fail
+
+    def __call__(self, step, *, mode: str):
+        self.modes.append(mode)
+
+        def compiled(model, batch):
+            if self.fail:
+                raise torch._dynamo.exc.TorchDynamoException("backend failed\nmore detail")
+            self.ran.append(tuple(batch["input_ids"].shape))
+            return step(model, batch)
+
+        return compiled
+
+
+def _eager(model, batch):
+    return ("eager", tuple(batch["input_ids"].shape))
+
+
+def _batch(length: int) -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.zeros(2, length, dtype=torch.long)}
+
+
+def test_reduce_overhead_runs_shapes_past_its_graphs_eagerly_said_once(monkeypatch, caplog) -> None:
+    recorder = Recorder()
+    monkeypatch.setattr(compiling.torch, "compile", recorder)
+    step = CompiledStep(_eager, "reduce-overhead")
+    lengths = [*range(1, MAX_GRAPHS + 1), MAX_GRAPHS + 1, MAX_GRAPHS + 2, 1]
+    with caplog.at_level(logging.WARNING, logger="xfmr"):
+        for length in lengths:
+            step(None, _batch(length))
+    assert recorder.modes == ["reduce-overhead"]
+    # The first MAX_GRAPHS shapes compiled (and a known one again), the new ones after eager.
+    assert recorder.ran == [(2, n) for n in range(1, MAX_GRAPHS + 1)] + [(2, 1)]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "compile=reduce-overhead" in lines[0] and "compile=true" in lines[0]
+    assert "input_ids [2, 5]" in lines[0]
+
+
+def test_other_modes_compile_every_shape(monkeypatch) -> None:
+    recorder = Recorder()
+    monkeypatch.setattr(compiling.torch, "compile", recorder)
+    step = CompiledStep(_eager, "default")
+    for length in range(1, 2 * MAX_GRAPHS):
+        step(None, _batch(length))
+    assert len(recorder.ran) == 2 * MAX_GRAPHS - 1
+
+
+def test_a_compile_that_fails_goes_on_eagerly_in_one_line(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(compiling.torch, "compile", Recorder(fail=True))
+    step = CompiledStep(_eager, "max-autotune")
+    with caplog.at_level(logging.WARNING, logger="xfmr"):
+        assert step(None, _batch(3)) == ("eager", (2, 3))
+        assert step(None, _batch(3)) == ("eager", (2, 3))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "compile=max-autotune failed (backend failed)" in lines[0]
+    assert "\n" not in lines[0]

@@ -1,0 +1,110 @@
+"""The training bar counts optimizer steps toward trainer.max_steps, on real tiny runs.
+
+Epochs are cut to 3 batches so that a run spans several of them: a per-epoch bar (Lightning's)
+would show 3 as its total and restart its count, the step bar shows max_steps throughout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from helpers.config import compose_config
+from xfmr.paths import config_dir
+from xfmr.training.callbacks import StepProgressBar
+from xfmr.training.run import run_training
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EPOCH_OF_3 = ["+trainer.limit_train_batches=3", "trainer.limit_val_batches=2"]
+
+
+class RecordedBar(StepProgressBar):
+    """The shipped bar, noting what its tasks showed as each epoch started and as training ended
+    (after training the run may validate again, which starts a fresh display)."""
+
+    last: RecordedBar | None = None
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.at_epoch_start: list[dict] = []
+        self.at_train_end: dict = {}
+        self.figures: dict[int, dict] = {}  # what it shows of training, after each step
+        RecordedBar.last = self
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.figures[trainer.global_step] = dict(self._figures)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self.at_epoch_start.append(self.shown())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.at_train_end = self.shown()
+        super().on_train_end(trainer, pl_module)
+
+    def shown(self) -> dict:
+        train_bar = self.train_progress_bar
+        return {
+            "train": (train_bar.description.strip(), train_bar.total, train_bar.completed),
+            "validation": [
+                (task.total, task.completed)
+                for task in self.progress.tasks
+                if task.description.strip() == self.validation_description
+            ],
+        }
+
+
+def _train_with_bar(tmp_path: Path, overrides: list[str]) -> tuple[dict, RecordedBar]:
+    """A tiny run with the shipped progress bar settings, the bar kept for inspection."""
+    cfg = compose_config(tmp_path, ["trainer.enable_progress_bar=true", *EPOCH_OF_3, *overrides])
+    shipped = OmegaConf.load(config_dir() / "callbacks" / "default.yaml").progress_bar
+    assert shipped._target_ == "xfmr.training.callbacks.StepProgressBar"
+    cfg.callbacks.progress_bar = {**shipped, "_target_": f"{__name__}.RecordedBar"}
+    RecordedBar.last = None
+    results = run_training(cfg)
+    assert RecordedBar.last is not None, "the configured bar was not used"
+    return results, RecordedBar.last
+
+
+def test_bar_counts_steps_to_max_steps_and_resumes_at_the_restored_step(tmp_path: Path) -> None:
+    results, bar = _train_with_bar(tmp_path, ["trainer.max_steps=5"])
+    assert results["step"] == 5
+    assert bar.at_epoch_start[0]["train"] == ("step", 5, 0)
+    assert bar.at_train_end["train"] == ("step", 5, 5), "one bar across both epochs"
+    # Validated at steps 2 and 4, each bar through both of its batches.
+    assert bar.at_train_end["validation"] == [(2, 2), (2, 2)]
+
+    results, bar = _train_with_bar(tmp_path, ["trainer.max_steps=7"])  # same run directory
+    assert results["resumed_from"], "the second run must resume the first"
+    assert results["step"] == 7
+    assert bar.at_epoch_start[0]["train"] == ("step", 7, 5)
+    assert bar.at_train_end["train"] == ("step", 7, 7)
+
+
+def test_without_max_steps_the_bar_counts_batches_per_epoch(tmp_path: Path) -> None:
+    results, bar = _train_with_bar(tmp_path, ["trainer.max_steps=-1", "trainer.max_epochs=2"])
+    assert results["step"] == 6
+    assert [shown["train"] for shown in bar.at_epoch_start] == [
+        ("Epoch 0/1", 3, 0),
+        ("Epoch 1/1", 3, 0),
+    ]
+    assert bar.at_train_end["train"] == ("Epoch 1/1", 3, 3)
+
+
+def test_the_bar_shows_loss_tokens_per_second_and_mfu_read_at_logging_steps(tmp_path: Path) -> None:
+    results, bar = _train_with_bar(
+        tmp_path,
+        ["trainer.max_steps=12", "trainer.log_every_n_steps=5", "callbacks.text_sample=null"],
+    )
+    changed = [s for s in sorted(bar.figures) if bar.figures[s] != bar.figures.get(s - 1, {})]
+    assert changed == [5, 10, 12]  # read at logging steps (and the last), not in between
+    shown = bar.figures[12]
+    assert set(shown) == {"train/loss", "tok/s", "mfu"}, shown
+    assert float(shown["train/loss"]) == pytest.approx(results["metrics"]["train/loss"], rel=1e-3)
+    assert shown["mfu"].endswith("%") and 0 < float(shown["mfu"][:-1]) < 100, shown
+    metrics = bar.get_metrics(bar._trainer, None)
+    assert {"train/loss", "tok/s", "mfu", "val/loss"} <= set(metrics), metrics
