@@ -121,7 +121,8 @@ class Family:
         every family until one lists what it maps to."""
         values = config.flat()
         unmet = []
-        for key, value in values.items():
+        for key in [*self.needs, *(k for k in values if k not in self.needs)]:  # listed first
+            value = values[key]
             if key in self.needs:
                 allowed = tuple(values[a[6:]] if _is_ref(a) else a for a in self.needs[key])
             elif key in exporting_keys() or not config.reads(key):
