@@ -64,14 +64,24 @@ def test_the_readme_scheme_trains_with_its_own_option(project: Path) -> None:
     slopes = [name for name in state if name.endswith("pos.slopes")]
     assert slopes, "the scheme's parameter is trained and saved"
 
-    refused = _train(
-        project,
-        "pos=learned_slopes",
-        "model.pos._target_=my_parts.nowhere.Slopes",
-        "trainer.max_steps=1",
-    )
-    assert refused.returncode != 0
-    assert "model.pos._target_=my_parts.nowhere.Slopes: no such class" in refused.output
+
+def test_a_misspelt_scheme_class_is_refused_by_the_config_check(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process: the check refuses it before anything is built or written."""
+    import xfmr
+    from xfmr.errors import UserError
+
+    monkeypatch.syspath_prepend(str(project))
+    with pytest.raises(UserError) as refused:
+        xfmr.compose(
+            "pos=learned_slopes",
+            "model.pos._target_=my_parts.nowhere.Slopes",
+            f"hydra.run.dir={project / 'refused'}",
+            config_dir=project / "my_configs",
+        )
+    assert "model.pos._target_=my_parts.nowhere.Slopes: no such class" in str(refused.value)
+    assert not (project / "refused").exists()
 
 
 MODULE = '''

@@ -119,13 +119,13 @@ class Family:
         A key the class does not list exports at any value if the field says so
         (`Key.exports`), else at its default only: a key added to ModelConfig is refused by
         every family until one lists what it maps to."""
-        values = config.flat()
+        values, exporting = config.flat(), exporting_keys()
         unmet = []
         for key in [*self.needs, *(k for k in values if k not in self.needs)]:  # listed first
             value = values[key]
             if key in self.needs:
                 allowed = tuple(values[a[6:]] if _is_ref(a) else a for a in self.needs[key])
-            elif key in exporting_keys() or not config.reads(key):
+            elif key in exporting or not config.reads(key):
                 continue
             else:
                 allowed = (default_of(key),)

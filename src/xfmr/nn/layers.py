@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,6 +22,7 @@ __all__ = [
     "FeedForward",
     "RMSNorm",
     "build_norm",
+    "ffn_arguments",
     "norm_of",
 ]
 from xfmr.nn.positions import Rotation
@@ -43,6 +45,17 @@ ACTIVATIONS: dict[str, Activation] = {
     "geglu": Activation(nn.GELU, gated=True),
     "geglu_tanh": Activation(lambda: nn.GELU(approximate="tanh"), gated=True),  # T5 v1.1
 }
+
+
+def ffn_arguments(config: ModelConfig) -> dict[str, Any]:
+    """The keyword arguments xfmr's feed-forward is built with, from the model's config."""
+    return dict(
+        d_model=config.d_model,
+        d_ff=config.d_ff,
+        activation=config.activation,
+        dropout=config.dropout,
+        bias=config.bias,
+    )
 
 
 def norm_of(config: ModelConfig) -> nn.Module:
@@ -73,13 +86,7 @@ class FeedForward(nn.Module):
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> FeedForward:
-        return cls(
-            d_model=config.d_model,
-            d_ff=config.d_ff,
-            activation=config.activation,
-            dropout=config.dropout,
-            bias=config.bias,
-        )
+        return cls(**ffn_arguments(config))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -149,11 +156,4 @@ def feed_forward(config: ModelConfig) -> nn.Module:
     """The config's feed-forward: `model.ffn`'s class, else FeedForward."""
     if config.ffn is None:
         return FeedForward.from_config(config)
-    facts = dict(
-        d_model=config.d_model,
-        d_ff=config.d_ff,
-        activation=config.activation,
-        dropout=config.dropout,
-        bias=config.bias,
-    )
-    return build_part("model.ffn", config.ffn, facts)
+    return build_part("model.ffn", config.ffn, ffn_arguments(config))

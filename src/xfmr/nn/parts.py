@@ -22,8 +22,8 @@ Built by `xfmr.nn.positions.scheme_of`, `xfmr.nn.layers.self_attention` and `fee
 - A self-attention is an nn.Module whose forward takes what `MultiHeadAttention.forward` takes,
   `(x, *, mask, is_causal, rotation, cache)`, and returns (B, T, C); it applies `rotation`
   itself. Facts: the arguments xfmr's own attention takes (`attention_arguments`). A projection named `out` gets GPT-2's scaled initialisation.
-- A feed-forward is an nn.Module mapping (B, T, C) to (B, T, C). Facts: d_model, d_ff,
-  activation, dropout, bias. A projection named `down` gets the scaled initialisation.
+- A feed-forward is an nn.Module mapping (B, T, C) to (B, T, C). Facts: the arguments xfmr's
+  own feed-forward takes (`ffn_arguments`: d_model, d_ff, activation, dropout, bias). A projection named `down` gets the scaled initialisation.
 
 Every part's nn.Linear and nn.Embedding are then drawn as xfmr draws its own (N(0, init_std),
 zero biases); a part that wants another start defines `init_weights(self)`, called afterwards.
