@@ -57,9 +57,11 @@ def make_loader(
     collate_fn: Callable[[list[Any]], dict] | None,
     drop_last: bool = False,
     pin_memory: bool = False,
+    accumulate: int = 1,
 ) -> DataLoader:
     """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
-    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch.
+    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch and
+    gives each batch the counts of its window of `accumulate` batches (gradient accumulation).
     `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
@@ -69,6 +71,7 @@ def make_loader(
             drop_last=drop_last,
             num_workers=num_workers,
             pin_memory=pin_memory,
+            accumulate=accumulate,
         )
     return DataLoader(
         dataset,
@@ -80,6 +83,11 @@ def make_loader(
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
     )
+
+
+def accumulation(trainer: L.Trainer | None) -> int:
+    """The batches of one optimizer step on each process (trainer.accumulate_grad_batches)."""
+    return int(trainer.accumulate_grad_batches) if trainer is not None else 1
 
 
 class ExamplesDataModule(L.LightningDataModule):
@@ -117,4 +125,5 @@ class ExamplesDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
+            accumulate=accumulation(self.trainer) if shuffle else 1,
         )
