@@ -25,7 +25,7 @@ from xfmr.objectives.qa import QuestionAnsweringObjective
 from xfmr.objectives.seq2seq import Seq2SeqObjective
 from xfmr.objectives.span_corruption import SpanCorruptionObjective, sentinel
 from xfmr.objectives.tagging import TaggingObjective
-from xfmr.objectives.terms import TermLoss
+from xfmr.objectives.terms import TermLoss, loss_sums
 from xfmr.training.module import XfmrModule
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -170,22 +170,19 @@ def _one_batch(name: str) -> tuple[dict[str, Any], Objective, str]:
     return objective.collate(examples), objective, arch
 
 
-def _step(
-    module: XfmrModule, micro_batches: list[dict[str, Any]], *, world_size: int, k: int
-) -> torch.Tensor:
-    """Accumulate `micro_batches` as Lightning does (each loss / k, backward) and return this
-    rank's gradients' sum; the loader's window counts attached to each."""
+def _step(module: XfmrModule, micro_batches: list[dict[str, Any]], *, k: int) -> None:
+    """Accumulate `micro_batches` as Lightning does (each loss / k, backward), with the
+    counts the loader attaches to each (the batch's own, and its window's)."""
     counted = [{**b, COUNTS: module.objective.counts(b)} for b in micro_batches]
     for index, batch in enumerate(counted_windows(iter(counted), position=0, size=k)):
         (module.training_step(batch, index) / k).backward()
-    return module
 
 
 @pytest.mark.parametrize("name", OBJECTIVES)
 def test_accumulated_micro_batches_give_the_one_batch_gradient(name: str) -> None:
     batch, objective, arch = _one_batch(name)
     whole = _module(objective, arch, accumulate=1, world_size=1)
-    _step(whole, [_rows(batch, slice(None))], world_size=1, k=1)
+    _step(whole, [_rows(batch, slice(None))], k=1)
     expected = _gradients(whole)
 
     # Micro-batches of 1, 2, 3 and 2 rows: one target per row still counts unequally.
@@ -193,7 +190,7 @@ def test_accumulated_micro_batches_give_the_one_batch_gradient(name: str) -> Non
     counts = [objective.counts(b) for b in micro]
     assert any(c != counts[0] for c in counts), f"{name}: the micro-batches count alike"
     accumulated = _module(objective, arch, accumulate=K, world_size=1)
-    _step(accumulated, micro, world_size=1, k=K)
+    _step(accumulated, micro, k=K)
     for got, want in zip(_gradients(accumulated), expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     # The reported loss is the one batch's too.
@@ -206,7 +203,7 @@ def test_ddp_ranks_and_accumulation_give_the_one_batch_gradient(name: str) -> No
     strategy's all-reduce does), and their gradients averaged (as DDP does)."""
     batch, objective, arch = _one_batch(name)
     whole = _module(objective, arch, accumulate=1, world_size=1)
-    _step(whole, [_rows(batch, slice(None))], world_size=1, k=1)
+    _step(whole, [_rows(batch, slice(None))], k=1)
 
     per, ranks, k = ROWS // 4, 2, 2
     shares = [
@@ -220,10 +217,10 @@ def test_ddp_ranks_and_accumulation_give_the_one_batch_gradient(name: str) -> No
     gradients = []
     for share in shares:
         module = _module(objective, arch, accumulate=k, world_size=ranks)
-        module._all_ranks = lambda values, totals=totals: (  # noqa: E731
+        module._all_ranks = lambda values, totals=totals: (
             torch.stack(totals) if values.shape == (len(totals),) else values
         )
-        _step(module, share, world_size=ranks, k=k)
+        _step(module, share, k=k)
         gradients.append(_gradients(module))
     for *per_rank, want in zip(*gradients, _gradients(whole), strict=True):
         torch.testing.assert_close(sum(per_rank) / ranks, want, rtol=1e-4, atol=1e-6)
@@ -301,3 +298,31 @@ def test_a_loader_resumed_mid_window_counts_what_is_left_of_it() -> None:
     assert [count for count, _ in rest] == [count for count, _ in full[3:]], "same batches"
     assert rest[0][1] == rest[0][0], "batch 3 ends the window [2, 4): only it is left"
     assert rest[1] == full[4]
+
+
+class _MeanCLM(CausalLMObjective):
+    """An objective written for the earlier contract: forward returns the mean loss."""
+
+    def forward(self, model, batch):
+        sums, logits = super().forward(model, batch)
+        return sums["tokens"] / self.counts(batch)["tokens"].clamp(min=1), logits
+
+
+def test_an_objective_that_returns_a_mean_is_taken_as_the_mean_over_its_count() -> None:
+    batch, objective, arch = _one_batch("clm")
+    gradients = []
+    for objective in (CausalLMObjective(pad_id=0), _MeanCLM(pad_id=0)):
+        module = _module(objective, arch, accumulate=K, world_size=1)
+        _step(
+            module, [_rows(batch, slice(a, b)) for a, b in zip(CUTS, CUTS[1:], strict=False)], k=K
+        )
+        gradients.append(_gradients(module))
+    for got, want in zip(*gradients, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_loss_terms_that_do_not_match_the_counts_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"objective x: forward returned loss terms \['mlm'\]"):
+        loss_sums("x", {"mlm": torch.tensor(1.0)}, {"mlm": torch.tensor(1), "nsp": torch.tensor(1)})
+    with pytest.raises(TypeError, match="return a sum per term"):
+        loss_sums("x", torch.tensor(1.0), {"mlm": torch.tensor(1), "nsp": torch.tensor(1)})
