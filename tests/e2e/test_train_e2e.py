@@ -162,8 +162,8 @@ def test_accumulation_and_ddp_train_as_the_one_batch_of_their_step(
     ddp_sweep: Path, tmp_path: Path
 ) -> None:
     """Batches of 8; of 4 with two accumulated per step; of 4 on each of two processes: the
-    same examples make each optimizer step, so the same validation losses at the same steps
-    (trainer.val_check_interval counts optimizer steps). With each micro-batch's loss divided
+    same examples make each optimizer step, so the same training loss and the same validation
+    losses at the same steps (trainer.val_check_interval counts optimizer steps). With each micro-batch's loss divided
     by its own count of target tokens (a mean of means), the DDP run's differed by 1e-4 at
     step 2, and the accumulated run validated at steps 1, 2, 3 and 4."""
     runs = {"ddp": ddp_sweep / "0"}
@@ -174,7 +174,11 @@ def test_accumulation_and_ddp_train_as_the_one_batch_of_their_step(
         runs[name] = tmp_path / name
         result = run_cli([*SEQ2SEQ, *args, "seed=1", f"hydra.run.dir={runs[name]}"], tmp_path)
         assert result.returncode == 0, result.output
-    histories = {name: read_results(run)["history"] for name, run in runs.items()}
+    results = {name: read_results(run) for name, run in runs.items()}
+    train_loss = results["one"]["metrics"]["train/loss"]  # the last step's, read at its end
+    for name in ("accumulated", "ddp"):
+        assert results[name]["metrics"]["train/loss"] == pytest.approx(train_loss, abs=2e-5), name
+    histories = {name: result["history"] for name, result in results.items()}
     expected = histories.pop("one")
     assert [h["step"] for h in expected] == [2, 4]
     for name, history in histories.items():

@@ -127,7 +127,8 @@ class XfmrModule(L.LightningModule):
     def _all_ranks(self, values: torch.Tensor) -> torch.Tensor:
         if self.trainer.world_size == 1:
             return values
-        return self.trainer.strategy.reduce(values, reduce_op="sum")
+        # The strategy's all-reduce works in place: on a copy, so `values` stays this rank's.
+        return self.trainer.strategy.reduce(values.clone(), reduce_op="sum")
 
     def step_loss(self) -> torch.Tensor | None:
         """The last optimizer step's training loss, that of one batch holding all of the
