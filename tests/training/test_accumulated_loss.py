@@ -326,3 +326,25 @@ def test_loss_terms_that_do_not_match_the_counts_are_refused() -> None:
         loss_sums("x", {"mlm": torch.tensor(1.0)}, {"mlm": torch.tensor(1), "nsp": torch.tensor(1)})
     with pytest.raises(TypeError, match="return a sum per term"):
         loss_sums("x", torch.tensor(1.0), {"mlm": torch.tensor(1), "nsp": torch.tensor(1)})
+
+
+def test_a_stream_s_batches_carry_their_windows_totals_too() -> None:
+    """A training loader that is no TrainingLoader (data.streaming=true) windows from the start."""
+    from torch.utils.data import IterableDataset
+
+    from xfmr.data.base import make_loader
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    loader = make_loader(
+        Stream(),
+        batch_size=2,
+        shuffle=False,
+        num_workers=0,
+        collate_fn=CountedCollate(_collate, _count),
+        accumulate=3,
+    )
+    seen = _windows(loader)  # counts 1+2, 3+4, 5+6 | 7+8, 9+10
+    assert seen == [(3, 18), (7, 18), (11, 18), (15, 34), (19, 34)]

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.formats.bad_rows import BadRows
 from xfmr.data.loading import device_loading
-from xfmr.data.order import TrainingLoader
+from xfmr.data.order import TrainingLoader, WindowedLoader
 from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 
@@ -60,8 +60,8 @@ def make_loader(
     accumulate: int = 1,
 ) -> DataLoader:
     """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
-    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch and
-    gives each batch the counts of its window of `accumulate` batches (gradient accumulation).
+    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch. Training
+    batches carry the counts of their window of `accumulate` batches (gradient accumulation).
     `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
@@ -73,7 +73,7 @@ def make_loader(
             pin_memory=pin_memory,
             accumulate=accumulate,
         )
-    return DataLoader(
+    return (WindowedLoader if accumulate > 1 else DataLoader)(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -82,6 +82,7 @@ def make_loader(
         collate_fn=collate_fn,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
+        **({"accumulate": accumulate} if accumulate > 1 else {}),
     )
 
 

@@ -229,6 +229,19 @@ def counted_windows(batches: Iterator[Any], *, position: int, size: int) -> Iter
         position += len(window)
 
 
+class WindowedLoader(DataLoader):
+    """A DataLoader whose batches carry their gradient-accumulation window's counts
+    (`counted_windows`), for training batches that do not come from a `TrainingLoader` (a
+    stream, which starts each epoch from its beginning)."""
+
+    def __init__(self, *args: Any, accumulate: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.accumulate = accumulate
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return counted_windows(super().__iter__(), position=0, size=self.accumulate)
+
+
 class TrainingLoader(DataLoader):
     """Shuffled training batches in `EpochSampler` order that Lightning can checkpoint and
     restore mid-epoch (its `state_dict` / `load_state_dict` interface): a resumed run continues
