@@ -125,10 +125,15 @@ class XfmrModule(L.LightningModule):
         return dict(zip(terms, totals.unbind(), strict=True))
 
     def _all_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` added over the processes, on a copy. torch.distributed's all-reduce, not
+        the strategy's `reduce`: that one puts a barrier before it, which on NCCL holds the host
+        until the device has done all it was given; the all-reduce alone is queued on the
+        device like any kernel."""
         if self.trainer.world_size == 1:
             return values
-        # The strategy's all-reduce works in place: on a copy, so `values` stays this rank's.
-        return self.trainer.strategy.reduce(values.clone(), reduce_op="sum")
+        summed = values.clone()
+        torch.distributed.all_reduce(summed, op=torch.distributed.ReduceOp.SUM)
+        return summed
 
     def step_loss(self) -> torch.Tensor | None:
         """The last optimizer step's training loss, that of one batch holding all of the
@@ -190,12 +195,11 @@ class XfmrModule(L.LightningModule):
         # gradients' norms serve the guard and clipping both.
         norms = gradient_norms([] if self._loss_scaled() else self._guarded)
         self._clip_by = norms
-        reduce = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
         bad = guard.verdict(
             self.trainer.global_step,
             loss,
             norms,
-            agree=(lambda flag: reduce(flag, reduce_op="sum")) if reduce else None,
+            agree=self._all_ranks if self.trainer.world_size > 1 else None,
         )
         if not self._skips_on_device:
             self._last_step_taken = not guard.settle()  # read every step
