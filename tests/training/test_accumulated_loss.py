@@ -348,3 +348,20 @@ def test_a_stream_s_batches_carry_their_windows_totals_too() -> None:
     )
     seen = _windows(loader)  # counts 1+2, 3+4, 5+6 | 7+8, 9+10
     assert seen == [(3, 21), (7, 21), (11, 21), (15, 34), (19, 34)]
+
+
+def test_xfmr_eval_s_loss_is_the_whole_split_s_per_term() -> None:
+    from xfmr.runs.evaluation import evaluate_loss
+
+    batch, objective, arch = _one_batch("mlm_nsp")
+    module = _module(objective, arch, accumulate=1, world_size=1).eval()
+    run = SimpleNamespace(objective=objective, model=module.model, device=torch.device("cpu"))
+    with torch.no_grad():
+        sums, _ = objective.forward(module.model, batch)
+    counts = objective.counts(batch)
+    micro = [_rows(batch, slice(a, b)) for a, b in zip(CUTS, CUTS[1:], strict=False)]
+    report = evaluate_loss(run, micro)
+    want = sum(float(sums[t]) / int(counts[t]) for t in ("mlm", "nsp"))
+    assert report["loss"] == pytest.approx(want, rel=1e-5)
+    assert report["targets"] == int(counts["mlm"])
+    assert report["terms"]["nsp"]["targets"] == ROWS

@@ -189,7 +189,8 @@ def evaluate_loss(
         terms.update(loss_sums(objective.name, loss, counts), counts)
         examples += len(batch["labels"])
         if metrics is not None:
-            objective.update_metrics(metrics, logits.cpu(), {k: v.cpu() for k, v in batch.items()})
+            on_host = tuple(t.cpu() for t in logits) if isinstance(logits, tuple) else logits.cpu()
+            objective.update_metrics(metrics, on_host, {k: v.cpu() for k, v in batch.items()})
         if positions is not None:
             positions.add(logits, batch["labels"])
         if on_batch is not None:
