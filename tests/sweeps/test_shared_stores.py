@@ -157,3 +157,16 @@ def test_four_processes_log_runs_into_one_mlflow_file_store_and_lose_none(
         history = client.get_metric_history(run.info.run_id, "train/loss")
         assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(40))
         assert run.info.status == "FINISHED" and run.data.tags["xfmr.status"] == "completed"
+
+
+def test_the_cli_refuses_sqlite_under_slurm_with_the_default_sweep_dir(tmp_path: Path) -> None:
+    """The refusal as a user meets it: no hydra.sweep.dir given, so the default one (read
+    through the Hydra config) must be fixed before submitit's launcher resolves its folder."""
+    from helpers.cli import run_cli
+
+    args = ["-m", "hydra/launcher=submitit_slurm", "logger=mlflow", "optim.lr=1e-3,2e-3"]
+    result = run_cli(args, tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "HydraConfig was not set" not in result.stderr
+    assert "logger.mlflow.tracking_uri=sqlite:///" in result.stderr
+    assert str(tmp_path / "outputs" / "mlflow.db") in result.stderr
