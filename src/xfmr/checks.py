@@ -27,6 +27,7 @@ from xfmr.nn.config import (
     default_of,
     differences,
     fine_tune_keys,
+    resume_keys,
 )
 from xfmr.objectives.registry import (
     ObjectiveFacts,
@@ -36,7 +37,12 @@ from xfmr.objectives.registry import (
     objectives,
 )
 from xfmr.ranges import check_numbers, check_run_length
-from xfmr.run_dir.files import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT
+from xfmr.run_dir.files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    LAST_CHECKPOINT,
+    is_sharded_checkpoint,
+)
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
 _GROUPS_NEEDED = ("model", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -417,9 +423,9 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
     ):  # no such run: nothing to compare
         return
     last = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
-    if not last.is_file():
+    if not last.exists():  # a file, or a folder of shards (trainer=fsdp)
         return
-    differs = differences(saved, model)
+    differs = differences(saved, model, ignore=resume_keys())
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
@@ -455,7 +461,8 @@ def _trained_model(source: Path) -> ModelConfig | None:
     try:
         if source.suffix == ".safetensors" and source.is_file():
             return ModelConfig.from_dict(_exported_model_config(source))
-        run_dir = source if source.is_dir() else source.parent.parent
+        whole_run = source.is_dir() and not is_sharded_checkpoint(source)
+        run_dir = source if whole_run else source.parent.parent
         saved = OmegaConf.load(run_dir / CONFIG_FILE)
         return model_config(saved, vocab_size=1)
     except (OmegaConfBaseException, UserError, ValueError, TypeError, KeyError, OSError):

@@ -26,15 +26,11 @@ _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZ
 def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
     """How many processes this run needs us to start (1 = none beyond this one).
 
-    Only single-node DDP on processes nobody else launched: under torchrun, SLURM or inside a
-    worker, the environment already names the rank and Lightning takes it from there.
+    Only single-node DDP or FSDP (`launched_locally`) on processes nobody else launched: under
+    torchrun, SLURM or inside a worker, the environment already names the rank and Lightning
+    takes it from there.
     """
-    strategy = str(trainer_cfg.get("strategy") or "auto")
-    if (
-        not strategy.startswith("ddp")
-        or strategy.startswith("ddp_spawn")
-        or strategy.startswith("ddp_notebook")
-    ):
+    if not launched_locally(trainer_cfg.get("strategy")):
         return 1
     if any(v in os.environ for v in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID")):
         return 1
@@ -53,6 +49,20 @@ def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
 
         return max(1, torch.cuda.device_count())
     return 1
+
+
+# Strategies given as a class (`strategy: {_target_: ...}`) whose processes xfmr starts: like
+# DDP, Lightning would start them by running sys.argv again.
+LOCAL_STRATEGY_TARGETS = ("xfmr.training.sharding.ShardedStrategy",)
+
+
+def launched_locally(strategy: Any) -> bool:
+    """Whether xfmr starts the processes of `strategy` (a name, or a `_target_` mapping):
+    DDP's by name (not its spawn or notebook variants, which start their own) and FSDP's."""
+    if isinstance(strategy, dict):
+        return strategy.get("_target_") in LOCAL_STRATEGY_TARGETS
+    name = str(strategy or "auto")
+    return name.startswith("ddp") and not name.startswith(("ddp_spawn", "ddp_notebook"))
 
 
 def _free_port() -> int:
