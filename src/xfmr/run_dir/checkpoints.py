@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from xfmr.errors import UserError
-from xfmr.run_dir.files import SHARDED_STATE_FILE, is_sharded_checkpoint
+from xfmr.run_dir.files import SHARDED_STATE_FILE, SHARDS_INDEX_FILE, is_sharded_checkpoint
 
 MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -136,7 +136,8 @@ def read_sharded(path: Path, name: str) -> dict[str, Any]:
     if not is_sharded_checkpoint(path):
         raise UserError(
             f"{name} is a folder, but not a sharded checkpoint (trainer=fsdp writes "
-            f"{SHARDED_STATE_FILE} and the shards' .metadata in one): give a checkpoint written by "
+            f"{SHARDED_STATE_FILE} and the shards' {SHARDS_INDEX_FILE} in one): give a checkpoint "
+            "written by "
             "xfmr-train"
         )
     state = safe_load(path / SHARDED_STATE_FILE, name)
