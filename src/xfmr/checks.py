@@ -23,6 +23,7 @@ from xfmr.nn.config import (
     EXTENDING_POSITIONS,
     POSITION_KINDS,
     TARGET,
+    TRANSFORMER_ARCHS,
     ModelConfig,
     default_of,
     differences,
@@ -74,6 +75,7 @@ def check_config(cfg: DictConfig) -> None:
     check_devices(cfg)
     resolve_precision(cfg)
     check_precision(cfg)
+    check_sharding(cfg, model)
     compile_mode(cfg.get("compile"))
 
 
@@ -355,6 +357,34 @@ def _runs_on_cpu(accelerator: str) -> bool:
 
 
 DEVICES_VALID = "an integer >= 1, -1 (every device), auto, or a list of device indices"
+
+
+# trainer=fsdp's strategy (`xfmr.training.sharding`), named by its `_target_`.
+SHARDED_STRATEGY = "xfmr.training.sharding.ShardedStrategy"
+SHARDED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")  # what the strategy runs
+
+
+def is_sharded(trainer: Any) -> bool:
+    """Whether the trainer section shards the model (trainer=fsdp)."""
+    strategy = trainer.get("strategy")
+    return hasattr(strategy, "get") and strategy.get("_target_") == SHARDED_STRATEGY
+
+
+def check_sharding(cfg: DictConfig, model: ModelConfig) -> None:
+    """trainer=fsdp shards per transformer block, and its strategy takes no float16."""
+    if not is_sharded(cfg.trainer):
+        return
+    if model.arch not in TRANSFORMER_ARCHS:
+        raise UserError(
+            f"trainer=fsdp shards a model per transformer block, and arch={model.arch} has none: "
+            "train it with trainer=ddp or trainer=cpu"
+        )
+    precision = str(cfg.trainer.get("precision"))
+    if precision not in SHARDED_PRECISIONS:
+        raise UserError(
+            f"trainer=fsdp with trainer.precision={precision}: the sharded strategy runs "
+            f"{' or '.join(SHARDED_PRECISIONS)} (no float16 loss scaling); set one of them"
+        )
 
 
 def check_devices(cfg: DictConfig) -> None:

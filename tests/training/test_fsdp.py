@@ -173,11 +173,40 @@ def test_clipping_under_fsdp_is_the_update_of_one_process(tmp_path: Path) -> Non
     assert measured["difference"] < 1e-6, measured
 
 
-def test_the_rnn_has_no_blocks_to_shard(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (
+            ["arch=rnn", "pos=none"],
+            "trainer=fsdp shards a model per transformer block, and arch=rnn",
+        ),
+        (["trainer.precision=64-true"], "trainer=fsdp with trainer.precision=64-true"),
+    ],
+)
+def test_what_fsdp_cannot_shard_is_refused_before_anything_starts(
+    tmp_path: Path, overrides: list[str], needle: str
+) -> None:
+    from helpers.config import compose_config
+    from xfmr.checks import check_config
+
+    cfg = compose_config(tmp_path, [*FSDP, *overrides])
+    with pytest.raises(UserError, match=needle):
+        check_config(cfg)
     from xfmr.training.sharding import shard_blocks
 
     with pytest.raises(UserError, match="trainer=fsdp shards a model per transformer block"):
         shard_blocks(torch.nn.LSTM(4, 4), None, precision="32-true", arch="rnn")
+
+
+def test_xfmr_starts_the_processes_of_ddp_and_fsdp_only() -> None:
+    from xfmr.training.launch import launched_locally, processes_to_launch
+
+    sharded = {"_target_": "xfmr.training.sharding.ShardedStrategy"}
+    assert launched_locally("ddp") and launched_locally("ddp_find_unused_parameters_true")
+    assert launched_locally(sharded)
+    assert not any(map(launched_locally, ["auto", "ddp_spawn", "fsdp", None]))
+    assert not launched_locally({"_target_": "lightning.pytorch.strategies.FSDPStrategy"})
+    assert processes_to_launch({"strategy": sharded, "devices": 2, "accelerator": "cpu"}) == 2
 
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

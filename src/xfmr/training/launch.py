@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xfmr.checks import SHARDED_STRATEGY
+
 _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK")
 
 
@@ -51,16 +53,12 @@ def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
     return 1
 
 
-# Strategies given as a class (`strategy: {_target_: ...}`) whose processes xfmr starts: like
-# DDP, Lightning would start them by running sys.argv again.
-LOCAL_STRATEGY_TARGETS = ("xfmr.training.sharding.ShardedStrategy",)
-
-
 def launched_locally(strategy: Any) -> bool:
-    """Whether xfmr starts the processes of `strategy` (a name, or a `_target_` mapping):
-    DDP's by name (not its spawn or notebook variants, which start their own) and FSDP's."""
+    """Whether xfmr starts the processes of `strategy` (a name, or a `_target_` mapping): DDP's
+    by name (not its spawn or notebook variants, which start their own) and trainer=fsdp's,
+    whose processes Lightning would likewise start by running sys.argv again."""
     if isinstance(strategy, dict):
-        return strategy.get("_target_") in LOCAL_STRATEGY_TARGETS
+        return strategy.get("_target_") == SHARDED_STRATEGY
     name = str(strategy or "auto")
     return name.startswith("ddp") and not name.startswith(("ddp_spawn", "ddp_notebook"))
 
