@@ -51,8 +51,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     """TINY on CORPUS under trainer=fsdp on two CPU processes, trained once per process for the
     tests that read a sharded run (tests/training/test_fsdp.py): a periodic checkpoint every 2
-    steps, so step-2 and step-4 are folders beside best and last; a short closing text sample,
-    which every rank runs."""
+    steps, so step-2 and step-4 are folders beside best and last; activation checkpointing on; a
+    short closing text sample, which every rank runs."""
     root = tmp_path_factory.mktemp("fsdp_run")
     corpus = root / "corpus.txt"
     corpus.write_text(CORPUS, encoding="utf-8")
@@ -63,6 +63,7 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
         f"data.path={corpus}",
         "callbacks.periodic_checkpoint.every_n_train_steps=2",
         "callbacks.text_sample.max_new_tokens=8",
+        "model.activation_checkpointing=true",  # each sharded block recomputed in backward
     )
     run_dir = root / "run"
     result = run_cli([*args, f"hydra.run.dir={run_dir}"], root)
