@@ -73,8 +73,25 @@ class XfmrModule(L.LightningModule):
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
         self._clip_by: GradientNorms | None = None
+        self._sharded = False
         self.val_loss = MeanMetric()
         self.val_metrics = nn.ModuleDict(objective.metrics())
+
+    def configure_model(self) -> None:
+        """Under trainer=fsdp (a device mesh from Lightning's ModelParallelStrategy), shard the
+        model per transformer block (`xfmr.training.sharding`); Lightning calls this before
+        each fit and validation, and the model is sharded once."""
+        if self.device_mesh is None or self._sharded:
+            return
+        from xfmr.training.sharding import shard_blocks
+
+        shard_blocks(
+            self.model,
+            self.device_mesh["data_parallel"],
+            precision=str(self.trainer.precision),
+            arch=self.hparams["model_config"]["arch"],
+        )
+        self._sharded = True
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model(*args, **kwargs)

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.checks import AUTO_PRECISION, compile_mode
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
-from xfmr.nn.config import ModelConfig, differences
+from xfmr.nn.config import ModelConfig, differences, resume_keys
 from xfmr.parts.build import Parts, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
@@ -37,6 +37,8 @@ from xfmr.run_dir.files import (
     LAST_CHECKPOINT,
     PERIODIC_GLOB,
     RESULTS_FILE,
+    SHARDED_STATE_FILE,
+    is_checkpoint,
 )
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
@@ -374,9 +376,10 @@ def resolve_checkpoint(
             return None
         ckpt_path = str(newest)
     path = Path(ckpt_path)
-    if not path.is_file():
+    if not is_checkpoint(path):
         raise UserError(
-            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train"
+            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file (or, under trainer=fsdp, "
+            "folder) written by xfmr-train"
         )
     if path.suffix == SAFETENSORS_SUFFIX:
         raise UserError(
@@ -384,7 +387,9 @@ def resolve_checkpoint(
             f"start a new run from it with init_from={ckpt_path}"
         )
     saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
-    differs = differences(ModelConfig.from_dict(saved), ModelConfig.from_dict(model_config))
+    differs = differences(
+        ModelConfig.from_dict(saved), ModelConfig.from_dict(model_config), ignore=resume_keys()
+    )
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(f"ckpt_path={ckpt_path!r} was trained with a different model ({detail})")
@@ -393,10 +398,12 @@ def resolve_checkpoint(
 
 def newest_checkpoint(directory: Path) -> Path | None:
     """The checkpoint a run resumes from: the last written of `last.ckpt` and `step-*.ckpt`
-    (every one is written whole, then renamed into place)."""
+    (every one is written whole, then renamed into place; a sharded one is a folder, whose
+    time is its state file's)."""
     candidates = (directory / LAST_CHECKPOINT, *directory.glob(PERIODIC_GLOB))
-    found = [p for p in candidates if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+    found = [p / SHARDED_STATE_FILE if p.is_dir() else p for p in candidates if is_checkpoint(p)]
+    newest = max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+    return newest.parent if newest is not None and newest.name == SHARDED_STATE_FILE else newest
 
 
 def summarize(
