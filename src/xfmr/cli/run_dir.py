@@ -17,7 +17,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
-from xfmr.run_dir.cluster import slurm_job_id, slurm_restarts
+from xfmr.run_dir.cluster import slurm_job_id, slurm_restarts, slurm_run_name
 from xfmr.run_dir.files import CHECKPOINT_DIR, DDP_LOG_DIR, RESULTS_FILE, make_writable_dir
 from xfmr.run_dir.lock import global_rank
 
@@ -38,9 +38,9 @@ class RunDirectory(Callback):
         # For ${hydra:...} in the path, as Hydra itself does next.
         HydraConfig.instance().set_config(config)
         _made.clear()
+        rank = global_rank()
         try:  # Hydra swallows a callback's exceptions, not its exit
             path = Path(str(config.hydra.run.dir)).absolute()
-            rank = global_rank()
             if rank == 0:
                 check_not_rerun(path, config)
                 if not path.exists():
@@ -81,10 +81,11 @@ def check_not_rerun(path: Path, config: DictConfig) -> None:
     SLURM requeued (SLURM_RESTART_COUNT > 0) finds its run there and resumes it. A job that was
     not requeued finding a run there is a second `xfmr-train` of one job (two srun lines of one
     script): refused rather than resuming the first one's run."""
-    job = slurm_job_id()
+    name = slurm_run_name()
     given = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
-    if job is None or given or path.name != f"slurm-{job}" or slurm_restarts() > 0:
+    if name is None or given or path.name != name or slurm_restarts() > 0:
         return
+    job = slurm_job_id()
     if any((path / name).exists() for name in (CHECKPOINT_DIR, RESULTS_FILE)):
         raise UserError(
             f"{path} already holds a run of SLURM job {job}, and SLURM did not requeue this "

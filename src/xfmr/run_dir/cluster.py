@@ -50,11 +50,17 @@ def slurm_restarts() -> int:
     return int(count) if count.isdigit() else 0
 
 
+def slurm_run_name() -> str | None:
+    """The run directory's name under SLURM: `slurm-JOBID`; None outside SLURM."""
+    job = slurm_job_id()
+    return None if job is None else f"slurm-{job}"
+
+
 def run_name(default: str) -> str:
     """The run directory's name all processes of this job agree on (see the module's doc)."""
-    job = slurm_job_id()
-    if job is not None:
-        return f"slurm-{job}"
+    slurm_name = slurm_run_name()
+    if slurm_name is not None:
+        return slurm_name
     rdzv_id = os.environ.get("TORCHELASTIC_RUN_ID")
     if rdzv_id is None:
         return default
