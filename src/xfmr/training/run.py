@@ -30,6 +30,7 @@ from xfmr.nn.config import ModelConfig, differences, resume_keys
 from xfmr.parts.build import Parts, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.cluster import slurm_restarts
 from xfmr.run_dir.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -40,6 +41,7 @@ from xfmr.run_dir.files import (
     SHARDED_STATE_FILE,
     is_checkpoint,
 )
+from xfmr.run_dir.lock import is_global_rank_zero
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
@@ -48,6 +50,7 @@ from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
+from xfmr.training.slurm import Requeue, cluster_plugins, requeue, requeue_plan
 
 log = logging.getLogger("xfmr")
 
@@ -69,9 +72,12 @@ def run_training(
     run_dir.mkdir(parents=True, exist_ok=True)
     tidy_lightning_logging()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    parts = build_parts(plan, data=cfg.data, is_worker=is_worker)
+    # Rank 0 writes the run directory; the other ranks (xfmr's DDP workers, and those torchrun
+    # or SLURM started, on this node or others) read what it wrote.
+    writes = not is_worker and is_global_rank_zero()
+    parts = build_parts(plan, data=cfg.data, is_worker=not writes)
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, parts.model_config.to_dict())
-    if not is_worker:
+    if writes:
         save_config(cfg, run_dir, ckpt_path)
     nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
     module = training_module(cfg, parts, nonfinite)
@@ -100,6 +106,8 @@ def run_training(
         results["reason"] = fitted.failure
     if transfer is not None:
         results["init_from"] = {"source": str(plan.init.path), **transfer.summary()}
+    if fitted.requeue is not None and fitted.requeue.job is not None:
+        results.update(slurm_job_id=fitted.requeue.job, slurm_restart_count=slurm_restarts())
     return finish(run_dir, results, fitted, overrides)
 
 
@@ -112,6 +120,7 @@ class Fitted:
     stop_on_signal: StopOnSignal
     status: str
     failure: str | None
+    requeue: Requeue | None = None  # the requeue signal under SLURM, and who requeues
 
 
 def save_config(cfg: DictConfig, run_dir: Path, ckpt_path: str | None) -> None:
@@ -158,7 +167,11 @@ def fit_run(
         else nullcontext()
     )
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
-    stop_on_signal = StopOnSignal(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+    requeue = requeue_plan(cfg.slurm)
+    stop_on_signal = StopOnSignal(
+        run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT,
+        requeue_signal=requeue.signal if requeue is not None else None,
+    )
     earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
@@ -172,7 +185,7 @@ def fit_run(
             callbacks=_fitting(callbacks, loggers, parts.tokenizer),
             logger=loggers or False,
             default_root_dir=str(run_dir),
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
         )
         failure = fit(
             trainer,
@@ -191,7 +204,7 @@ def fit_run(
             if stop_on_signal.keyboard_interrupt:
                 status = "interrupted"
         finish_loggers(trainer, status)
-    return Fitted(trainer, summary, stop_on_signal, status, failure)
+    return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
 
 
 def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:
@@ -230,17 +243,27 @@ def _close(
 def finish(
     run_dir: Path, results: dict[str, Any], fitted: Fitted, overrides: Sequence[str]
 ) -> dict[str, Any]:
-    """Write results.json; then raise what ended a run that did not complete."""
+    """Write results.json; then requeue a job that SLURM warned of its end, and raise what
+    ended a run that did not complete."""
     failure = fitted.failure
+    plan, stop = fitted.requeue, fitted.stop_on_signal
+    requeuing = plan is not None and plan.requeue and stop.requeue_requested and not failure
+    results["requeued"] = requeuing  # written first: a requeued job is ended at once
     try:
         write_results(run_dir, results)
+        if requeuing and not requeue(plan):
+            results["requeued"] = requeuing = False
+            write_results(run_dir, results)
     except DiskFull as e:  # the disk is still full: say why the run stopped, and this
         raise RunFailed(f"{failure}; {e}" if failure else str(e)) from None
     if failure:
         raise RunFailed(failure)
     if fitted.status == "interrupted":
-        error = RunInterrupted(interrupted_message(fitted.stop_on_signal, run_dir, overrides))
-        error.stopped = stopped_message(fitted.stop_on_signal)  # for a caller's own resume hint
+        message = interrupted_message(stop, run_dir, overrides)
+        if requeuing:
+            message = f"{stopped_message(stop)}; job requeued, it resumes in {run_dir}"
+        error = RunInterrupted(message)
+        error.stopped = stopped_message(stop)  # for a caller's own resume hint
         raise error
     return results
 
@@ -435,6 +458,7 @@ def summarize(
         "peak_flops_source": summary.peak.source if summary.peak else None,
         "mfu": round(mfu, 5) if mfu is not None else None,
         "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
         "precision": str(trainer.precision),  # as trainer.precision=auto chose it
         # The GPUs the run was given (a sweep's job: its group), as the process saw them.
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
