@@ -11,7 +11,7 @@ import torch
 
 from helpers import TESTS_DIR
 from helpers.cli import run_cli
-from helpers.runs import CORPUS, TINY, TinyRun
+from helpers.runs import CORPUS, FSDP, TINY, TinyRun
 
 
 @pytest.fixture
@@ -47,6 +47,30 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     return TinyRun(run_dir, args)
 
 
+@pytest.fixture(scope="session")
+def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """TINY on CORPUS under trainer=fsdp on two CPU processes, trained once per process for the
+    tests that read a sharded run (tests/training/test_fsdp.py): a periodic checkpoint every 2
+    steps, so step-2 and step-4 are folders beside best and last; activation checkpointing on; a
+    short closing text sample, which every rank runs."""
+    root = tmp_path_factory.mktemp("fsdp_run")
+    corpus = root / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    args = (
+        *TINY,
+        *FSDP,
+        "data=text",
+        f"data.path={corpus}",
+        "callbacks.periodic_checkpoint.every_n_train_steps=2",
+        "callbacks.text_sample.max_new_tokens=8",
+        "model.activation_checkpointing=true",  # each sharded block recomputed in backward
+    )
+    run_dir = root / "run"
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], root)
+    assert result.returncode == 0, result.output
+    return TinyRun(run_dir, args)
+
+
 # Modules whose tests train, start processes or compose every combination (most of the suite's
 # time), by their path in tests/: `make test-fast` (-m "not slow") leaves them out for a loop of
 # under a minute while editing; `make test` and CI run them.
@@ -62,6 +86,7 @@ SLOW_MODULES = {
     "docs/test_adding_an_objective.py",
     "docs/test_quickstart_notebook.py",
     "docs/test_readme_python.py",
+    "e2e/test_activation_memory.py",
     "e2e/test_e2e_families.py",
     "e2e/test_train_e2e.py",
     "interop/test_export_hf.py",
@@ -75,14 +100,18 @@ SLOW_MODULES = {
     "runs/test_use_run.py",
     "sweeps/test_dashboards.py",
     "sweeps/test_gpu_workers.py",
+    "sweeps/test_submitit_requeue.py",
     "sweeps/test_sweep_console.py",
     "text/test_token_cache.py",
     "text/test_tokenizer_sample.py",
     "training/test_init_from_agrees.py",
+    "training/test_fsdp.py",
+    "training/test_many_nodes.py",
     "training/test_nonfinite.py",
     "training/test_progress_bar.py",
     "training/test_resume.py",
     "training/test_run_integrity.py",
+    "training/test_slurm_requeue.py",
     "training/test_throughput.py",
     "training/test_transfer.py",
 }

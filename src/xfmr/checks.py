@@ -23,10 +23,12 @@ from xfmr.nn.config import (
     EXTENDING_POSITIONS,
     POSITION_KINDS,
     TARGET,
+    TRANSFORMER_ARCHS,
     ModelConfig,
     default_of,
     differences,
     fine_tune_keys,
+    resume_keys,
 )
 from xfmr.objectives.registry import (
     ObjectiveFacts,
@@ -36,7 +38,12 @@ from xfmr.objectives.registry import (
     objectives,
 )
 from xfmr.ranges import check_numbers, check_run_length
-from xfmr.run_dir.files import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT
+from xfmr.run_dir.files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    LAST_CHECKPOINT,
+    is_sharded_checkpoint,
+)
 from xfmr.text.tokenizers import WORD_MARKING_KINDS, TokenizerSpec, read_tokenizer_file
 
 _GROUPS_NEEDED = ("model", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -68,6 +75,7 @@ def check_config(cfg: DictConfig) -> None:
     check_devices(cfg)
     resolve_precision(cfg)
     check_precision(cfg)
+    check_sharding(cfg, model)
     compile_mode(cfg.get("compile"))
 
 
@@ -351,6 +359,34 @@ def _runs_on_cpu(accelerator: str) -> bool:
 DEVICES_VALID = "an integer >= 1, -1 (every device), auto, or a list of device indices"
 
 
+# trainer=fsdp's strategy (`xfmr.training.sharding`), named by its `_target_`.
+SHARDED_STRATEGY = "xfmr.training.sharding.ShardedStrategy"
+SHARDED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")  # what the strategy runs
+
+
+def is_sharded(trainer: Any) -> bool:
+    """Whether the trainer section shards the model (trainer=fsdp)."""
+    strategy = trainer.get("strategy")
+    return hasattr(strategy, "get") and strategy.get("_target_") == SHARDED_STRATEGY
+
+
+def check_sharding(cfg: DictConfig, model: ModelConfig) -> None:
+    """trainer=fsdp shards per transformer block, and its strategy takes no float16."""
+    if not is_sharded(cfg.trainer):
+        return
+    if model.arch not in TRANSFORMER_ARCHS:
+        raise UserError(
+            f"trainer=fsdp shards a model per transformer block, and arch={model.arch} has none: "
+            "train it with trainer=ddp or trainer=cpu"
+        )
+    precision = str(cfg.trainer.get("precision"))
+    if precision not in SHARDED_PRECISIONS:
+        raise UserError(
+            f"trainer=fsdp with trainer.precision={precision}: the sharded strategy runs "
+            f"{' or '.join(SHARDED_PRECISIONS)} (no float16 loss scaling); set one of them"
+        )
+
+
 def check_devices(cfg: DictConfig) -> None:
     """No more processes than the machine has devices: CUDA GPUs, or CPU cores for DDP on the
     CPU (more processes than cores only take turns, each slower than one process alone)."""
@@ -417,9 +453,9 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
     ):  # no such run: nothing to compare
         return
     last = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
-    if not last.is_file():
+    if not last.exists():  # a file, or a folder of shards (trainer=fsdp)
         return
-    differs = differences(saved, model)
+    differs = differences(saved, model, ignore=resume_keys())
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
@@ -455,7 +491,8 @@ def _trained_model(source: Path) -> ModelConfig | None:
     try:
         if source.suffix == ".safetensors" and source.is_file():
             return ModelConfig.from_dict(_exported_model_config(source))
-        run_dir = source if source.is_dir() else source.parent.parent
+        whole_run = source.is_dir() and not is_sharded_checkpoint(source)
+        run_dir = source if whole_run else source.parent.parent
         saved = OmegaConf.load(run_dir / CONFIG_FILE)
         return model_config(saved, vocab_size=1)
     except (OmegaConfBaseException, UserError, ValueError, TypeError, KeyError, OSError):

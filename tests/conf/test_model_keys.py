@@ -23,6 +23,7 @@ from xfmr.nn.config import (
     fine_tune_keys,
     keys_table,
     model_keys,
+    resume_keys,
 )
 from xfmr.paths import config_dir
 from xfmr.schema import model_schema
@@ -84,7 +85,13 @@ def test_fine_tune_keys_are_declared_on_the_fields() -> None:
         "n_decoder_layers",
         "type_vocab_size",
         "pos.max_positions",
+        "activation_checkpointing",
     }
+
+
+def test_resume_keys_are_declared_on_the_fields() -> None:
+    """Only what changes how a model computes, not its parameters or its outputs."""
+    assert resume_keys() == {"activation_checkpointing"}
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,9 @@ TINY = [
     PEAK,
 ]
 
+# A sharded run (trainer=fsdp) on two CPU processes with gloo: one shard of every block each.
+FSDP = ("trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2")
+
 
 def read_results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())

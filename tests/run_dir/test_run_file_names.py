@@ -32,7 +32,6 @@ NAME_SUFFIXES = ("_FILE", "_DIR", "_GLOB", "_CHECKPOINT")
 
 # (module under src/xfmr, name): why a literal there is not the run's file of that name.
 NOT_THE_RUN_FILE = {
-    ("text/token_cache.py", ".lock"): "the token cache's lock, beside its folder in the cache",
     ("training/launch.py", "ddp"): "Lightning's strategy names (ddp, ddp_spawn, ddp_notebook)",
     ("text/tokenizers.py", "tokenizer.json"): (
         "the tokenizers library's file format that tokenizer.path names; xfmr.text sits beside "

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from helpers.runs import CORPUS
 from xfmr.data.documents import DocumentsDataModule
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.objectives.clm import CausalLMObjective
+from xfmr.text import token_cache
 from xfmr.text.chunks import cut_chunks, encode_text
 from xfmr.text.token_cache import INDEX_FILE, TOKENS_FILE, open_or_build, token_dtype
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, train_tokenizer
@@ -157,15 +159,23 @@ def test_a_changed_file_or_tokenizer_makes_a_new_cache(tmp_path: Path, corpus: P
     assert "token cache: built" not in _attach(_text_data(corpus, cache_dir), other, caplog)
 
 
+# A builder in a process of its own, on a filesystem that refuses `flock` and `lockf` (Lustre
+# mounted without flock, some NFS): the cache must not need them.
 BUILD = """
-import logging, sys
+import errno, fcntl, logging, sys
 from pathlib import Path
+
+def refused(*args, **kwargs):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+fcntl.flock = fcntl.lockf = refused
 from xfmr.text.token_cache import open_or_build
 from xfmr.text.tokenizers import TextTokenizer
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
 corpus, tokenizer, cache_dir = sys.argv[1:4]
-open_or_build([Path(corpus)], TextTokenizer.load(tokenizer), layout="text", val_fraction=0.1,
-              cache_dir=cache_dir, workers=1, chunk_chars=1 << 16)
+cache = open_or_build([Path(corpus)], TextTokenizer.load(tokenizer), layout="text",
+                      val_fraction=0.1, cache_dir=cache_dir, workers=1, chunk_chars=1 << 16)
+print("published", cache.directory, cache.index["tokens"])
 """
 
 
@@ -178,6 +188,17 @@ def _start_build(corpus: Path, tokenizer: Path, cache_dir: Path) -> subprocess.P
     )
 
 
+def _published(cache_dir: Path) -> list[Path]:
+    """The cache folders a reader would trust by name (temporaries start with a dot)."""
+    return [p for p in _caches(cache_dir) if not p.name.startswith(".")]
+
+
+def _assert_whole(directory: Path) -> None:
+    index = json.loads((directory / INDEX_FILE).read_text())
+    size = (directory / TOKENS_FILE).stat().st_size
+    assert size == index["tokens"] * np.dtype(index["dtype"]).itemsize, directory
+
+
 def test_a_build_killed_halfway_is_not_used_and_is_redone(tmp_path: Path, caplog) -> None:
     corpus = _big_corpus(tmp_path / "big.txt", 4)
     tokenizer = _tokenizer("byte_bpe", CORPUS)  # slow enough to be caught halfway
@@ -187,39 +208,129 @@ def test_a_build_killed_halfway_is_not_used_and_is_redone(tmp_path: Path, caplog
     deadline = time.monotonic() + 60
     partial = []
     while not partial and build.poll() is None and time.monotonic() < deadline:
-        partial = [p for p in cache_dir.glob(f"*/{TOKENS_FILE}.tmp") if p.stat().st_size > 0]
+        partial = [p for p in cache_dir.glob(f".*.tmp/{TOKENS_FILE}") if p.stat().st_size > 0]
         time.sleep(0.01)
     build.send_signal(signal.SIGKILL)
     build.wait()
     assert partial, "the build finished before it could be killed: use a bigger corpus"
-    (directory,) = _caches(cache_dir)
-    assert not (directory / INDEX_FILE).exists()
+    assert not _published(cache_dir)  # only the temporary, and the dead builder's claim
+    assert len(list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))) == 1
 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
         cache = open_or_build(
             [corpus], tokenizer, layout="text", val_fraction=0.1, cache_dir=cache_dir
         )
-    assert "token cache: built" in caplog.text
-    assert cache.directory == directory and not list(directory.glob("*.tmp"))
+    assert "stopped building" in caplog.text and "token cache: built" in caplog.text
+    assert _caches(cache_dir) == [cache.directory]  # the killed build's folder removed
+    assert not list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))
     ids = cache.ids(0, cache.index["tokens"])[:]
     assert tokenizer.decode(ids.tolist()) == corpus.read_text()
 
 
-def test_two_processes_needing_one_missing_cache_build_it_once(tmp_path: Path) -> None:
+def test_four_processes_needing_one_missing_cache_build_it_once(tmp_path: Path) -> None:
+    """Four builders at once, `flock` refused: one builds, three wait for its folder; all map
+    the same cache, and a reader watching throughout never sees a folder that is not whole."""
     corpus = _big_corpus(tmp_path / "big.txt", 2)
-    tokenizer = _tokenizer("byte_bpe", CORPUS)  # slow enough for the two to overlap
+    tokenizer = _tokenizer("byte_bpe", CORPUS)  # slow enough for the four to overlap
     tokenizer.save(tmp_path / "tokenizer.json")
     cache_dir = tmp_path / "tokens"
-    builds = [_start_build(corpus, tmp_path / "tokenizer.json", cache_dir) for _ in range(2)]
+    builds = [_start_build(corpus, tmp_path / "tokenizer.json", cache_dir) for _ in range(4)]
+    looks = 0
+    while any(b.poll() is None for b in builds):
+        for directory in _published(cache_dir) if cache_dir.exists() else []:
+            _assert_whole(directory)
+            looks += 1
+        time.sleep(0.005)
     outputs = [b.communicate(timeout=120)[0] for b in builds]
-    assert [b.returncode for b in builds] == [0, 0], outputs
+    assert [b.returncode for b in builds] == [0, 0, 0, 0], outputs
     assert sum("token cache: built" in out for out in outputs) == 1, outputs
-    assert all("token cache: memory-mapped" in out for out in outputs), outputs
+    assert sum("token cache: waiting for process" in out for out in outputs) == 3, outputs
+    published = {line for out in outputs for line in out.splitlines() if "published" in line}
+    assert len(published) == 1, outputs  # one folder, one count of tokens, for all four
     (directory,) = _caches(cache_dir)
+    assert not list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))
+    assert looks > 0  # waiters poll every POLL_SECONDS: the reader looks meanwhile
+    _assert_whole(directory)
     index = json.loads((directory / INDEX_FILE).read_text())
     tokens = np.memmap(directory / TOKENS_FILE, dtype=index["dtype"], mode="r")
     assert tokenizer.decode(tokens.tolist()) == corpus.read_text()
+
+
+def test_a_build_published_first_elsewhere_is_kept_and_this_one_discarded(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Should two builds run at once (a claim broken as stale from a builder that was only
+    slow), the second to finish finds the name taken and keeps the first's cache."""
+    (tmp_path / "a.txt").write_text(VARIED)
+    tokenizer = _tokenizer("char", VARIED)
+    options = {"layout": "text", "val_fraction": 0.1, "cache_dir": tmp_path / "tokens"}
+    first = open_or_build([tmp_path / "a.txt"], tokenizer, **options)
+    elsewhere = tmp_path / "elsewhere"
+    first.directory.rename(elsewhere)
+    real_build = token_cache._build
+
+    def build_while_another_publishes(folder, *args):
+        index = real_build(folder, *args)
+        elsewhere.rename(first.directory)  # the other builder's rename lands first
+        return index
+
+    monkeypatch.setattr(token_cache, "_build", build_while_another_publishes)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        second = open_or_build([tmp_path / "a.txt"], tokenizer, **options)
+    assert "this build discarded" in caplog.text
+    assert second.directory == first.directory and second.index == first.index
+    assert _caches(tmp_path / "tokens") == [first.directory]  # the discarded folder removed
+
+
+def test_a_claim_left_by_a_builder_on_another_host_is_broken_once_stale(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Another host's pid cannot be checked: a claim nobody touches for STALE_SECONDS is taken
+    over; one that its builder keeps touching is waited for."""
+    (tmp_path / "a.txt").write_text(VARIED)
+    tokenizer = _tokenizer("char", VARIED)
+    cache_dir = tmp_path / "tokens"
+    options = {"layout": "text", "val_fraction": 0.1, "cache_dir": cache_dir}
+    directory = open_or_build([tmp_path / "a.txt"], tokenizer, **options).directory
+    shutil.rmtree(directory)
+    claim = directory.with_name(directory.name + token_cache.CLAIM_SUFFIX)
+    claim.write_text("another-host 1 0123456789abcdef")
+    monkeypatch.setattr(token_cache, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(token_cache, "STALE_SECONDS", 0.3)
+    started = time.monotonic()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        cache = open_or_build([tmp_path / "a.txt"], tokenizer, **options)
+    assert time.monotonic() - started >= 0.3
+    assert "waiting for process 1 on another-host" in caplog.text
+    assert "stopped building" in caplog.text and "token cache: built" in caplog.text
+    assert cache.directory == directory and not claim.exists()
+
+    published = tmp_path / "published"
+    directory.rename(published)
+    claim.write_text("another-host 1 0123456789abcdef")
+    polls = []
+    real_sleep = time.sleep
+
+    def the_other_builder_alive(seconds: float) -> None:  # touches its claim, then publishes
+        real_sleep(seconds)
+        polls.append(1)
+        if len(polls) < 60:
+            os.utime(claim, ns=(len(polls) * 10**9, len(polls) * 10**9))
+        elif len(polls) == 60:
+            published.rename(directory)
+            claim.unlink()
+
+    monkeypatch.setattr(token_cache.time, "sleep", the_other_builder_alive)
+    started = time.monotonic()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        cache = open_or_build([tmp_path / "a.txt"], tokenizer, **options)
+    assert time.monotonic() - started > 2 * token_cache.STALE_SECONDS
+    assert "stopped building" not in caplog.text and "token cache: built" not in caplog.text
+    assert cache.directory == directory
 
 
 # --------------------------------------------------------------------------- ids and dtype

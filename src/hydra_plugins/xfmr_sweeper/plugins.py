@@ -64,8 +64,13 @@ class XfmrSweeper(Sweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.plugins import Plugins
 
+        from xfmr.sweeps.sweep import fix_sweep_dir
+
         self.hydra_context = hydra_context
         self.config = config
+        # Before the launcher: submitit's resolves its folder from ${hydra.sweep.dir}, whose
+        # default reads the Hydra config that fix_sweep_dir sets.
+        fix_sweep_dir(config)
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )

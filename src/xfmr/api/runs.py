@@ -21,6 +21,7 @@ from xfmr.run_dir.files import (
     EXPORT_FILE,
     HF_FOLDER,
     RESULTS_FILE,
+    SHARDED_STATE_FILE,
     check_export_format,
     locate_run,
     run_directory,
@@ -215,7 +216,9 @@ class Run:
         from xfmr.runs.loading import load_run
 
         files = locate_run(self.path, checkpoint)
-        stat = files.checkpoint.stat()
+        # A sharded checkpoint's folder: its state file, renamed in with the shards.
+        stamp = files.checkpoint / SHARDED_STATE_FILE if files.checkpoint.is_dir() else None
+        stat = (stamp or files.checkpoint).stat()
         key = (str(files.checkpoint), stat.st_mtime_ns, stat.st_size, device)
         if key not in self._loaded:
             self._loaded.clear()  # one model at a time: a notebook's memory is the machine's

@@ -24,7 +24,7 @@ from torch import nn
 
 from xfmr.interop.hf_families import Family, families_of_model, family_of, family_of_config
 from xfmr.interop.hf_weights import Source, copy_weights, read_table
-from xfmr.nn.config import ModelConfig, differences
+from xfmr.nn.config import ModelConfig, differences, resume_keys
 from xfmr.run_dir.files import HF_CONFIG_FILE
 
 __all__ = [
@@ -106,7 +106,9 @@ def load_into(model: nn.Module, path: str | Path) -> Transfer:
     hf_config = _load_hf_config(path)
     theirs = family_of_config(hf_config)
     ours = _family_of_model(model, theirs, path)
-    differs = differences(model.config, theirs.config(hf_config), ignore=TRAINING_ONLY)
+    differs = differences(
+        model.config, theirs.config(hf_config), ignore=TRAINING_ONLY | resume_keys()
+    )
     if differs:
         listed = "; ".join(
             f"{key}={ours!r} (checkpoint: {theirs!r})" for key, ours, theirs in differs

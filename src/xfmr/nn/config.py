@@ -63,6 +63,8 @@ class Key:
             family exports the values it lists (`xfmr.interop.hf_families`), and a family
             that does not list the key exports its default only.
         choices: the valid values of a string key.
+        resume: a resumed run may change it: it changes how the model computes, not its
+            parameters or what it computes (`resume_keys`).
     """
 
     doc: str
@@ -70,6 +72,7 @@ class Key:
     fine_tune: bool = False
     exports: bool = False
     choices: tuple[str, ...] = ()
+    resume: bool = False
 
 
 def key(default: Any = MISSING, doc: str = "", **facts: Any) -> Any:
@@ -248,6 +251,15 @@ class ModelConfig:
     ffn: dict[str, Any] | None = key(
         None, "a feed-forward of your own: `_target_` and its arguments", archs=TRANSFORMER_ARCHS
     )
+    activation_checkpointing: bool = key(
+        False,
+        "recompute each block's activations in backward instead of keeping them: less memory, "
+        "about a third more compute (Chen et al. 2016)",
+        archs=TRANSFORMER_ARCHS,
+        fine_tune=True,
+        exports=True,
+        resume=True,
+    )
     pos: PosConfig = field(
         default_factory=PosConfig, metadata={"key": Key("the positional scheme (the pos group)")}
     )
@@ -402,6 +414,11 @@ def fine_tune_keys() -> frozenset[str]:
     """The dotted keys a run started `init_from` another may change (see `Key.fine_tune`)."""
     top = {f.name for f in fields(ModelConfig) if key_of(f).fine_tune}
     return frozenset(top | {f"pos.{f.name}" for f in fields(PosConfig) if key_of(f).fine_tune})
+
+
+def resume_keys() -> frozenset[str]:
+    """The keys a resumed run may change (see `Key.resume`)."""
+    return frozenset(f.name for f in fields(ModelConfig) if key_of(f).resume)
 
 
 def exporting_keys() -> frozenset[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from xfmr.nn.attention import KVCache, fold_masks, padding_mask
 from xfmr.nn.config import ModelConfig
@@ -113,9 +114,9 @@ class TransformerStack(ParameterCount, nn.Module):
         mask, is_causal = self._self_attention_mask(attention_mask, T, past, start, x.device)
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
+        recompute = self.config.activation_checkpointing and torch.is_grad_enabled()
         for index, block in enumerate(self.blocks):
-            x = block(
-                x,
+            attend = dict(
                 mask=mask,
                 is_causal=is_causal,
                 rotation=rotation,
@@ -123,6 +124,10 @@ class TransformerStack(ParameterCount, nn.Module):
                 context_mask=cross_mask,
                 cache=None if cache is None else cache.layer(index),
             )
+            if recompute:  # keep the block's input only; run it again in backward
+                x = checkpoint(block, x, use_reentrant=False, **attend)
+            else:
+                x = block(x, **attend)
         return self.final_norm(x)
 
     def _self_attention_mask(

@@ -4,6 +4,7 @@ head of the training split (or taken from the cache, for the same text and setti
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,29 @@ def prepare_tokenizer(
     read a chunk at a time (`xfmr.text.sample`); the cache key is that text's fingerprint, since
     it and the settings alone decide the tokenizer."""
     own = run_dir / TOKENIZER_FILE
+    if cache_only:  # another rank of the run: the tokenizer is rank 0's
+        return TextTokenizer.load(written_by_rank_zero(own))
     if own.is_file():
         return TextTokenizer.load(own)
     if pretrained is not None:  # the checkpoint's own vocabulary
         tokenizer = pretrained_tokenizer(pretrained, special_tokens, cfg.objective._target_)
-    elif cache_only:
-        raise RuntimeError(f"{own} is missing: rank 0 writes it before starting workers")
     else:
         tokenizer = fitted_tokenizer(cfg, datamodule, special_tokens)
     tokenizer.save(own)
     return tokenizer
+
+
+def written_by_rank_zero(path: Path, timeout_s: float = 1800) -> Path:
+    """`path` once rank 0 has written it (whole: it is renamed into place). xfmr's own DDP
+    workers start after it has; the ranks torchrun or SLURM start with rank 0 (on other nodes,
+    with the run directory on a shared filesystem) wait for it, as long as torch.distributed
+    would wait for rank 0 to join."""
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} is missing after {timeout_s:.0f} s: rank 0 writes it")
+        time.sleep(0.5)
+    return path
 
 
 def pretrained_tokenizer(

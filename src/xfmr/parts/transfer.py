@@ -22,6 +22,8 @@ from xfmr.run_dir.files import (
     HF_TOKENIZER_FILE,
     LAST_CHECKPOINT,
     TOKENIZER_FILE,
+    is_checkpoint,
+    is_sharded_checkpoint,
 )
 
 log = logging.getLogger("xfmr")
@@ -64,17 +66,17 @@ def init_source(init_from: str | None) -> InitSource | None:
                 )
         return InitSource("hf", path, path / HF_TOKENIZER_FILE)
     path = Path(text).expanduser()
-    if path.is_dir():
+    if path.is_dir() and not is_sharded_checkpoint(path):
         run_dir = path
         candidates = [path / CHECKPOINT_DIR / name for name in (BEST_CHECKPOINT, LAST_CHECKPOINT)]
-        checkpoint = next((c for c in candidates if c.is_file()), None)
+        checkpoint = next((c for c in candidates if is_checkpoint(c)), None)
         if checkpoint is None:
             raise UserError(
                 f"init_from={text!r} is a directory without {CHECKPOINT_DIR}/{BEST_CHECKPOINT} "
                 f"or {LAST_CHECKPOINT}"
             )
-    elif path.is_file():
-        # RUN_DIR/checkpoints/X.ckpt; an export sits beside its tokenizer (RUN_DIR/X.safetensors)
+    elif is_checkpoint(path):
+        # RUN_DIR/checkpoints/X.ckpt (a file, or a sharded one's folder); an export sits beside its tokenizer (RUN_DIR/X.safetensors)
         exported = path.suffix == SAFETENSORS_SUFFIX
         checkpoint, run_dir = path, path.parent if exported else path.parent.parent
     else:

@@ -9,6 +9,11 @@ top: a file that needs more was not written by xfmr-train. Lightning's own load 
 held to the same (`trainer.fit(..., weights_only=True)`).
 
 A .safetensors file (xfmr-export) is a JSON header and raw tensors: nothing in it can run.
+
+A sharded checkpoint (trainer=fsdp) is a folder: torch.distributed.checkpoint's shards, one per
+rank, and the loop's state in meta.pt. It reads whole, on one process whatever the world size
+that wrote it, as torch's own consolidation does (`format_utils`); its non-tensor entries (the
+optimizer's settings), which torch unpickles freely, are held to weights_only as well.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from typing import Any
 import torch
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import SHARDED_STATE_FILE, SHARDS_INDEX_FILE, is_sharded_checkpoint
 
 MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
 SAFETENSORS_SUFFIX = ".safetensors"
+# In a sharded checkpoint's state file: name -> the name whose parameter it is (a tied LM head),
+# as the shards hold each name apart; they are tied again on reading.
+TIED_KEY = "tied_parameters"
 
 
 def read_checkpoint(path: Path, *, key: str = "checkpoint", mmap: bool = False) -> dict[str, Any]:
@@ -37,7 +46,10 @@ def read_checkpoint(path: Path, *, key: str = "checkpoint", mmap: bool = False) 
     name = f"{key}={str(path)!r}"
     if Path(path).suffix == SAFETENSORS_SUFFIX:
         return read_exported(Path(path), name)
-    state = safe_load(Path(path), name, mmap=mmap)
+    if Path(path).is_dir():
+        state = read_sharded(Path(path), name)
+    else:
+        state = safe_load(Path(path), name, mmap=mmap)
     hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
     config = hparams.get("model_config") if isinstance(hparams, dict) else None
     if not isinstance(config, dict) or not isinstance(state.get("state_dict"), dict):
@@ -114,3 +126,78 @@ def _xfmr_metadata(metadata: dict[str, str], name: str) -> tuple[dict, dict, int
             "objects (xfmr-export writes them)"
         )
     return config, tied, step if isinstance(step, int) else None
+
+
+def read_sharded(path: Path, name: str) -> dict[str, Any]:
+    """A sharded checkpoint's folder as one checkpoint: the loop's state (meta.pt) with the
+    whole `state_dict` gathered from every rank's shard. The optimizer's tensors stay on disk
+    (no entry point that reads a run needs them; a resumed run loads its own shards), but its
+    settings are read, so a file that would run code is refused here, before a resume."""
+    if not is_sharded_checkpoint(path):
+        raise UserError(
+            f"{name} is a folder, but not a sharded checkpoint (trainer=fsdp writes "
+            f"{SHARDED_STATE_FILE} and the shards' {SHARDS_INDEX_FILE} in one): give a checkpoint "
+            "written by "
+            "xfmr-train"
+        )
+    state = safe_load(path / SHARDED_STATE_FILE, name)
+    if not isinstance(state, dict):
+        raise UserError(f"{name} is not an xfmr checkpoint ({SHARDED_STATE_FILE} is not a dict)")
+    try:
+        state.update(_load_shards(path, name))
+    except UserError:
+        raise
+    except Exception as e:  # a damaged or partial folder: torch's message matters, not its type
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise UserError(
+            f"{name} is not a readable sharded checkpoint ({type(e).__name__}: {detail})"
+        ) from None
+    state.pop("optimizer_0", None)
+    weights = state.get("state_dict", {})
+    for alias, target in (state.pop(TIED_KEY, None) or {}).items():
+        if alias in weights and target in weights:
+            weights[alias] = weights[target]
+    return state
+
+
+def _load_shards(path: Path, name: str) -> dict[str, Any]:
+    """The model's tensors and every non-tensor entry of a torch.distributed.checkpoint folder,
+    whole, in this process (no process group), as `format_utils.dcp_to_torch_save` reads one."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    reader = FileSystemReader(str(path))
+    index = reader.read_metadata()
+    settings = {
+        k for k, v in index.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata)
+    }
+    loaded: dict[str, Any] = {}
+    _load_state_dict(
+        loaded,
+        storage_reader=reader,
+        planner=_safe_planner(keys={"state_dict", *settings}, name=name),
+        no_dist=True,
+    )
+    return loaded
+
+
+def _safe_planner(*, keys: set[str], name: str) -> Any:
+    """torch's planner for reading a checkpoint without a model (`_EmptyStateDictLoadPlanner`),
+    but for its non-tensor entries: torch unpickles those with weights_only=False."""
+    from torch.distributed.checkpoint._traverse import set_element
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+
+    class SafePlanner(_EmptyStateDictLoadPlanner):
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            try:
+                obj = torch.load(value, weights_only=True)
+            except pickle.UnpicklingError as e:
+                raise UserError(_refusal(name, str(e))) from None
+            fqn = read_item.dest_index.fqn
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[fqn], obj)
+            else:
+                self.state_dict[fqn] = obj
+
+    return SafePlanner(keys=keys)

@@ -14,6 +14,9 @@ an export gives a file is spelled here once (tests/run_dir/test_run_file_names.p
     RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
     RUN_DIR/checkpoints/step-NNNNNNN.ckpt    periodic checkpoints (callbacks.periodic_checkpoint)
     RUN_DIR/checkpoints/averaged.ckpt        their average (xfmr-average)
+    RUN_DIR/checkpoints/NAME.ckpt/           under trainer=fsdp each of the above but the
+                                             average is a folder: every rank's shard
+                                             (torch.distributed.checkpoint) and meta.pt
     RUN_DIR/model.safetensors                the weights for sharing (xfmr-export)
     RUN_DIR/hf/                              a Hugging Face folder (xfmr-export format=hf)
     RUN_DIR/eval.json                        xfmr-eval's report
@@ -53,6 +56,11 @@ CHECKPOINT_NAMES = tuple(
     for name in (BEST_CHECKPOINT, LAST_CHECKPOINT, AVERAGED_CHECKPOINT)
 )
 PERIODIC_GLOB = "step-*.ckpt"  # callbacks.periodic_checkpoint.filename's files
+# A sharded checkpoint's folder holds torch.distributed.checkpoint's index of the shards and
+# the training loop's state that Lightning writes beside them (lightning.fabric's
+# _METADATA_FILENAME).
+SHARDS_INDEX_FILE = ".metadata"
+SHARDED_STATE_FILE = "meta.pt"
 EXPORT_FILE = "model.safetensors"
 # xfmr-export's formats, and format=hf's folder inside the run when no `out` is given.
 EXPORT_FORMATS = ("safetensors", "hf")
@@ -74,6 +82,16 @@ HF_MODEL_CARD_FILE = "README.md"  # what the Hub shows as the model card
 def check_export_format(format: str) -> None:
     if format not in EXPORT_FORMATS:
         raise UserError(f"format={format!r} is not one of {list(EXPORT_FORMATS)}")
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether `path` is a checkpoint on disk: a file, or the folder of a sharded one."""
+    return path.is_file() or is_sharded_checkpoint(path)
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether `path` is the folder of a sharded checkpoint (trainer=fsdp)."""
+    return (path / SHARDS_INDEX_FILE).is_file() and (path / SHARDED_STATE_FILE).is_file()
 
 
 @dataclass(frozen=True)
@@ -123,7 +141,7 @@ def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
     ckpt_dir = root / CHECKPOINT_DIR
     if checkpoint is None or str(checkpoint) == "":
         for name in (BEST_CHECKPOINT, LAST_CHECKPOINT):
-            if (ckpt_dir / name).is_file():
+            if is_checkpoint(ckpt_dir / name):
                 return ckpt_dir / name
         raise UserError(
             f"run_dir={str(root)!r} has no checkpoint ({CHECKPOINT_DIR}/{BEST_CHECKPOINT} or "
@@ -131,7 +149,7 @@ def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
         )
     if str(checkpoint) in CHECKPOINT_NAMES:
         path = ckpt_dir / f"{checkpoint}{CHECKPOINT_SUFFIX}"
-        if not path.is_file():
+        if not is_checkpoint(path):
             hint = " (xfmr-average writes it)" if path.name == AVERAGED_CHECKPOINT else ""
             raise UserError(
                 f"checkpoint={checkpoint}: {path} does not exist{hint}; {CHECKPOINT_DIR}/ "
@@ -139,7 +157,7 @@ def checkpoint_file(root: Path, checkpoint: str | Path | None) -> Path:
             )
         return path
     path = Path(str(checkpoint)).expanduser()
-    if not path.is_file():
+    if not is_checkpoint(path):
         raise UserError(
             f"checkpoint={str(checkpoint)!r} does not exist: give one of "
             f"{list(CHECKPOINT_NAMES)}, a .ckpt file written by xfmr-train or xfmr-average, or "

@@ -70,9 +70,14 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
         os.close(handle)  # releases the lock
 
 
-def is_global_rank_zero() -> bool:
-    """True unless the environment says this is another rank of a distributed run."""
+def global_rank() -> int:
+    """This process's rank in a distributed run, as the environment names it (0 outside one)."""
     for name in _RANK_VARIABLES:
         if os.environ.get(name, "").isdigit():
-            return int(os.environ[name]) == 0
-    return True
+            return int(os.environ[name])
+    return 0
+
+
+def is_global_rank_zero() -> bool:
+    """True unless the environment says this is another rank of a distributed run."""
+    return global_rank() == 0

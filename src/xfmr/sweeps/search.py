@@ -173,7 +173,8 @@ def storage_spec(storage: str | None, sweep_dir: str | Path) -> str:
 
 def open_storage(spec: str):
     """An RDB URL (`sqlite:///...`, `postgresql://...`) as Optuna takes it; anything else is the
-    path of a journal file."""
+    path of a journal file, locked by Optuna's default JournalFileSymlinkLock: a symlink made
+    atomically, which holds between hosts on NFS, Lustre and GPFS, where `flock` may not."""
     import optuna
 
     if "://" in spec:

@@ -1,6 +1,14 @@
 """The stores a sweep's jobs share, created once by the sweep's own process before its jobs
 start, and found again by each job: jobs that start together would otherwise race to create
-them. Only light imports here."""
+them. Only light imports here.
+
+Jobs that may run on several hosts (SLURM) write to these stores from each host. SQLite is then
+refused: it relies on POSIX locks, which network filesystems (NFS, Lustre, GPFS) often keep per
+host or refuse, so two hosts can corrupt one database. What is safe from several hosts: an MLflow
+tracking server or a server database (postgresql://, mysql://), MLflow's file store (one writer
+per run's folder), and Optuna's journal file, the default (its lock is a symlink created
+atomically, made for NFS).
+"""
 
 from __future__ import annotations
 
@@ -41,6 +49,49 @@ def ensure_mlflow_experiment(tracking_uri: str, name: str) -> str:
             "hydra.sweep.dir=... for a sweep)"
         )
     return experiment.experiment_id
+
+
+def hosts_of_jobs(hydra_cfg: DictConfig) -> str | None:
+    """The setting by which a sweep's jobs may run on several hosts, or None if they share
+    the sweep's host."""
+    launcher = hydra_cfg.get("launcher") or {}
+    if str(launcher.get("_target_", "")).endswith(".SlurmLauncher"):
+        return "hydra/launcher=submitit_slurm"
+    nodes = launcher.get("nodes")
+    if isinstance(nodes, int) and nodes > 1:
+        return f"hydra.launcher.nodes={nodes}"
+    return None
+
+
+def check_shared_stores(cfg: DictConfig, optuna_storage: str | None) -> None:
+    """Refuse a SQLite store that jobs on several hosts would write to, naming what to set.
+
+    Args:
+        cfg: the sweep's composed config, with its `hydra` node.
+        optuna_storage: a search's `hydra.sweeper.storage` (None: the journal file; a grid has
+            no study).
+    """
+    hosts = hosts_of_jobs(cfg.hydra)
+    if hosts is None:
+        return
+    if (cfg.get("logger") or {}).get("mlflow") is not None:
+        with _hydra_config(cfg):
+            tracking_uri = str(cfg.logger.mlflow.tracking_uri)
+        if tracking_uri.startswith("sqlite:"):
+            raise UserError(
+                f"logger.mlflow.tracking_uri={tracking_uri}: SQLite is not safe for jobs on "
+                f"several hosts ({hosts}), its locks do not hold across hosts on a network "
+                "filesystem; set logger.mlflow.tracking_uri=http://HOST:5000 (an `mlflow "
+                "server` the jobs reach), a postgresql:// or mysql:// URL, or file:DIR with "
+                "MLFLOW_ALLOW_FILE_STORE=true exported (MLflow's file store)"
+            )
+    if optuna_storage is not None and str(optuna_storage).startswith("sqlite:"):
+        raise UserError(
+            f"hydra.sweeper.storage={optuna_storage}: SQLite is not safe for jobs on several "
+            f"hosts ({hosts}), its locks do not hold across hosts on a network filesystem; "
+            "leave hydra.sweeper.storage unset (Optuna's journal file in the sweep directory, "
+            "made for NFS) or give a postgresql:// or mysql:// URL"
+        )
 
 
 def prepare_mlflow_store(cfg: DictConfig) -> None:

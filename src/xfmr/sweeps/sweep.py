@@ -17,6 +17,7 @@ from xfmr.sweeps.jobs import divide_threads, end_of_jobs
 from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
 from xfmr.sweeps.search import search_space, storage_spec
+from xfmr.sweeps.stores import check_shared_stores
 from xfmr.sweeps.study import Search, SearchSettings
 from xfmr.sweeps.summary import failed_too_often, report, summarize, write_summary
 
@@ -37,6 +38,7 @@ def run_sweep(
     if direction not in ("minimize", "maximize"):
         raise UserError(f"hydra.sweeper.direction={direction!r}; valid: minimize, maximize")
     _check_workers(launcher, sweeper.workers)
+    check_shared_stores(config, sweeper.storage if sweeper.sampler else None)
     use_gpus(launcher, config, int(sweeper.workers))
     divide_threads(int(sweeper.workers))
     prepare_loggers(config)

@@ -9,9 +9,15 @@ file or tokenizer makes a new cache, never a stale one. A directory holds
     documents.npy    documents layout only: sentence offset of each document (one more than documents)
     index.json       what the files hold and what they were built from; written last
 
-and counts only if its index exists and matches. Builds take a file lock beside the directory,
-so of several processes (DDP ranks, sweep jobs) that need one missing cache, one builds and the
-others wait; a build killed halfway leaves temporary names and no index, and is redone.
+and counts only if its index exists and matches. A build never writes under that name: it fills
+a private folder (`.NAME.PID.RANDOM.tmp` beside it) and renames it into place, one atomic step on
+local and network filesystems alike (NFS, GPFS, Lustre), so a reader finds a whole cache or
+none, and a build killed halfway leaves only a temporary that no reader trusts. Of several
+processes (DDP ranks, sweep jobs on several hosts) that need one missing cache, the one that
+creates `NAME.building` (O_CREAT|O_EXCL, which NFSv3+, GPFS and Lustre honour between hosts,
+unlike `flock`) builds while the others wait for the published folder. The claim only saves
+work: should two builds run anyway (a claim broken as stale from a builder that was only slow),
+the second rename fails and that build is discarded.
 
 Text is encoded in the chunks `xfmr.text.chunks` cuts, in a pool of processes
 (`xfmr.text.encoding_pool`).
@@ -19,14 +25,16 @@ Text is encoded in the chunks `xfmr.text.chunks` cuts, in a pool of processes
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
+import secrets
+import shutil
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from xfmr.errors import UserError
-from xfmr.files import atomic_path, atomic_write_bytes
+from xfmr.files import atomic_dir
 from xfmr.text.chunks import CHUNK_CHARS, cut_chunks
 from xfmr.text.corpus_files import (
     count_chars,
@@ -54,6 +62,13 @@ INDEX_FILE = "index.json"
 TOKENS_FILE = "tokens.bin"
 SENTENCES_FILE = "sentences.npy"
 DOCUMENTS_FILE = "documents.npy"
+CLAIM_SUFFIX = ".building"  # beside the cache's folder while a process builds it
+
+# A builder touches its claim every HEARTBEAT_SECONDS; a waiter that sees a claim unchanged for
+# STALE_SECONDS (by its own clock: hosts' clocks differ) presumes its builder dead and builds.
+HEARTBEAT_SECONDS = 10.0
+STALE_SECONDS = 120.0
+POLL_SECONDS = 0.2
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -142,12 +157,11 @@ def open_or_build(
         "tokenizer_sha256": tokenizer_hash(tokenizer),
     }
     directory = Path(cache_dir) / f"{layout}-{cache_key(identity)}"
-    cache = _complete(directory, identity)
-    if cache is None:
-        with _locked(directory.with_name(directory.name + ".lock"), directory):
-            cache = _complete(directory, identity)  # built while this process waited
-            if cache is None:
-                cache = _build(directory, identity, files, tokenizer, workers, chunk_chars)
+    cache = _build_once(
+        directory,
+        identity,
+        lambda folder: _build(folder, identity, files, tokenizer, workers, chunk_chars),
+    )
     log.info(
         "token cache: memory-mapped %d tokens from %s", cache.index["tokens"], cache.tokens_path
     )
@@ -172,44 +186,157 @@ def _complete(directory: Path, identity: dict[str, Any]) -> TokenCache | None:
     return cache if whole else None
 
 
-@contextmanager
-def _locked(lock_path: Path, directory: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as lock:
+# --------------------------------------------------------------------------- one build, published
+
+
+def _build_once(directory: Path, identity: dict[str, Any], build) -> TokenCache:
+    """The published cache of `directory`: found, or built by this process if it wins the
+    claim, else waited for. `build(folder)` fills `folder` and returns the index."""
+    claim = _Claim(directory.with_name(directory.name + CLAIM_SUFFIX))
+    told = False
+    while (cache := _complete(directory, identity)) is None:
+        if claim.take():
+            try:
+                return _complete(directory, identity) or _publish(directory, identity, build)
+            finally:
+                claim.release()
+        if not told:
+            log.info("token cache: waiting for %s to build %s", claim.holder(), directory)
+            told = True
+        claim.wait()
+    return cache
+
+
+def _publish(directory: Path, identity: dict[str, Any], build) -> TokenCache:
+    """Build into a private folder and rename it to `directory`; if another build was
+    published first, this one is discarded and that one used."""
+    for stale in directory.parent.glob(f".{directory.name}.*.tmp"):  # killed builds' folders
+        shutil.rmtree(stale, ignore_errors=True)
+    if directory.exists():  # not whole: files removed by hand, or a build of an older xfmr
+        _set_aside(directory)
+    try:
+        with atomic_dir(directory) as folder:
+            index = build(folder)
+    except OSError:  # the name taken by another build (EEXIST, ENOTEMPTY), or lost to it
+        cache = _complete(directory, identity)
+        if cache is None:
+            raise
+        log.info(
+            "token cache: %s was published by another process: this build discarded", directory
+        )
+        return cache
+    return TokenCache(directory, index)
+
+
+def _set_aside(directory: Path) -> None:
+    aside = directory.with_name(f".{directory.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.rename(directory, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+class _Claim:
+    """`path` created exclusively by the process that builds, holding `host pid token`, and
+    touched by it every HEARTBEAT_SECONDS. O_CREAT|O_EXCL is atomic between the hosts of NFSv3+,
+    GPFS and Lustre (Optuna's JournalFileOpenLock relies on it too), where `flock` may be local
+    to one host or refused."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.mine = f"{socket.gethostname()} {os.getpid()} {secrets.token_hex(8)}"
+        self.seen: tuple[str, int] | None = None  # another's claim: (text, mtime) last seen
+        self.seen_since = 0.0  # when it was first seen so (time.monotonic)
+        self.stop = threading.Event()
+
+    def take(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("token cache: waiting for another process to build %s", directory)
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            handle = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return False
+        with os.fdopen(handle, "w") as f:
+            f.write(self.mine)
+        threading.Thread(target=self._beat, daemon=True).start()
+        return True
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_SECONDS):
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        self.stop.set()
+        if self._read()[0] == self.mine:
+            self.path.unlink(missing_ok=True)
+
+    def holder(self) -> str:
+        host_pid = self._read()[0].split()[:2]
+        return "process {1} on {0}".format(*host_pid) if len(host_pid) == 2 else "another process"
+
+    def wait(self) -> None:
+        """Sleep a little; break the claim if its builder is dead (a pid gone on this host) or
+        has not touched it for STALE_SECONDS."""
+        time.sleep(POLL_SECONDS)
+        state = self._read()
+        now = time.monotonic()
+        if state != self.seen:
+            self.seen, self.seen_since = state, now
+        if state[1] and (_dead(state[0]) or now - self.seen_since > STALE_SECONDS):
+            log.info(
+                "token cache: %s stopped building %s: building it here", self.holder(), self.path
+            )
+            if self._read() == state:
+                self.path.unlink(missing_ok=True)
+
+    def _read(self) -> tuple[str, int]:
         try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            return self.path.read_text(), self.path.stat().st_mtime_ns
+        except OSError:
+            return "", 0
+
+
+def _dead(holder: str) -> bool:
+    """Whether `holder` (`host pid token`) is a process of this host that no longer runs."""
+    host, pid, _ = (holder.split() + ["", "", ""])[:3]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # someone else's process
+        return False
+    return False
+
+
+# --------------------------------------------------------------------------- building
 
 
 def _build(
-    directory: Path,
+    folder: Path,
     identity: dict[str, Any],
     files: Sequence[Path],
     tokenizer: TextTokenizer,
     workers: int | None,
     chunk_chars: int,
-) -> TokenCache:
+) -> dict[str, Any]:
+    """Encode `files` into `folder` (private to this build); the index written."""
     started = time.perf_counter()
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in [*directory.glob("*.tmp"), directory / INDEX_FILE]:  # a killed build's leftovers
-        stale.unlink(missing_ok=True)
     total_bytes = sum(s["size"] for s in identity["sources"])
     dtype = token_dtype(tokenizer.vocab_size)
     encoder = Encoder(tokenizer, dtype, workers, total_bytes > 2 * chunk_chars)
     with encoder, _Progress(total_bytes) as progress:
         if identity["layout"] == "text":
-            layout = _build_text(directory, files, identity, encoder, progress, chunk_chars)
+            layout = _build_text(folder, files, identity, encoder, progress, chunk_chars)
         else:
-            layout = _build_documents(directory, files, identity, encoder, progress, chunk_chars)
+            layout = _build_documents(folder, files, identity, encoder, progress, chunk_chars)
     if sources(files) != identity["sources"]:
         raise UserError(
-            f"data.path: a file changed while its tokens were being cached in {directory}; "
+            f"data.path: a file changed while its tokens were being cached in {folder.parent}; "
             "run again once the files stay unchanged"
         )
     index = {
@@ -218,7 +345,7 @@ def _build(
         "vocab_size": tokenizer.vocab_size,
         **layout,
     }
-    atomic_write_bytes(directory / INDEX_FILE, json.dumps(index, indent=1).encode())
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=1))
     seconds = time.perf_counter() - started
     log.info(
         "token cache: built in %.1f s (%.1f MB/s), %d tokens, %.1f MB in %s",
@@ -226,9 +353,9 @@ def _build(
         total_bytes / 1e6 / max(seconds, 1e-9),
         index["tokens"],
         index["tokens"] * dtype.itemsize / 1e6,
-        directory,
+        folder,
     )
-    return TokenCache(directory, index)
+    return index
 
 
 def _build_text(directory, files, identity, encoder, progress, chunk_chars) -> dict[str, Any]:
@@ -236,7 +363,7 @@ def _build_text(directory, files, identity, encoder, progress, chunk_chars) -> d
     characters = count_chars(files)
     cut = int(characters * (1.0 - identity["val_fraction"]))  # as split_text cuts
     counts = []
-    with _TmpWriter(directory / TOKENS_FILE) as out:
+    with _TokenWriter(directory / TOKENS_FILE) as out:
         for start, stop in ((0, cut), (cut, None)):
             chunks = cut_chunks(text_pieces(files, start, stop), chunk_chars)
             counts.append(sum(out.write(ids) for ids in encoder.map(progress.count(chunks))))
@@ -254,7 +381,7 @@ def _build_documents(directory, files, identity, encoder, progress, chunk_chars)
     per_document = sentences_per_document(files)
     n_val = max(2, round(len(per_document) * identity["val_fraction"]))  # as DocumentsDataModule
     lengths: list[np.ndarray] = [np.zeros(1, np.int64)]
-    with _TmpWriter(directory / TOKENS_FILE) as out:
+    with _TokenWriter(directory / TOKENS_FILE) as out:
         batches = _sentence_batches(document_lines(files), chunk_chars)
         for ids, sentence_lengths in encoder.map(progress.count(batches)):
             out.write(ids)
@@ -288,29 +415,26 @@ def _sentence_batches(lines: Iterable[str | None], chunk_chars: int) -> Iterator
 # --------------------------------------------------------------------------- files and progress
 
 
-class _TmpWriter:
-    """Appends arrays to `path`.tmp, renamed to `path` once complete."""
+class _TokenWriter:
+    """Appends arrays of ids to `path`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.tmp = path.with_name(path.name + ".tmp")
 
-    def __enter__(self) -> _TmpWriter:
-        self.file = open(self.tmp, "wb")
+    def __enter__(self) -> _TokenWriter:
+        self.file = open(self.path, "wb")
         return self
 
     def write(self, ids: np.ndarray) -> int:
         self.file.write(ids.tobytes())
         return len(ids)
 
-    def __exit__(self, exc_type, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.file.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
 
 
 def _save_npy(path: Path, array_: np.ndarray) -> None:
-    with atomic_path(path) as temporary, open(temporary, "wb") as f:
+    with open(path, "wb") as f:
         np.save(f, array_)
 
 

@@ -232,9 +232,12 @@ class TextSample(L.Callback):
         self.tokenizer = None  # set by the run before fitting
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A sharded model (trainer=fsdp) runs a forward on every rank together: each samples
+        # the same text (one seed), rank 0 prints it.
+        sharded = getattr(pl_module, "device_mesh", None) is not None
         if (
             self.tokenizer is None
-            or trainer.global_rank != 0
+            or (trainer.global_rank != 0 and not sharded)
             or getattr(getattr(pl_module.model, "config", None), "arch", None)
             not in ("decoder", "rnn")
             or not hasattr(pl_module.model, "lm_head")  # a language model, not a classifier
@@ -258,8 +261,9 @@ class TextSample(L.Callback):
             config=config,
             max_context=self.max_context,
         )
-        text = self.tokenizer.decode(out)
-        logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)
+        if trainer.global_rank == 0:
+            text = self.tokenizer.decode(out)
+            logging.getLogger("xfmr").info("sample after step %d:\n%s", trainer.global_step, text)
 
 
 # Between logging steps the bar's step count redraws at most this often: a pace a person reads,

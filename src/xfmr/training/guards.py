@@ -135,13 +135,46 @@ class GradientNorms:
 
 
 def gradient_norms(params: list[tuple[str, torch.nn.Parameter]]) -> GradientNorms | None:
-    """The norms of the gradients `params` have (one foreach kernel); None if none has one."""
+    """The norms of the gradients `params` have (one foreach kernel); None if none has one.
+
+    Sharded gradients (trainer=fsdp: DTensors, each rank holding a slice) are measured whole,
+    over every rank's slice, so that every rank clips by, and judges, the same global norm
+    that one process holding the whole gradients would."""
     named = [(name, p) for name, p in params if p.grad is not None]
     if not named:
         return None
-    each = torch.stack(torch._foreach_norm([p.grad for _, p in named], 2.0))
+    grads = [p.grad for _, p in named]
+    each = _sharded_norms(grads) if _is_dtensor(grads[0]) else None
+    if each is None:
+        each = torch.stack(torch._foreach_norm(grads, 2.0))
     total = torch.linalg.vector_norm(each, 2.0)
     return GradientNorms(tuple(n for n, _ in named), [p for _, p in named], each, total)
+
+
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def _sharded_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """(P,) global 2-norms of DTensor gradients: each rank's slices' squared norms, summed over
+    the ranks in one all-reduce (FSDP2 shards every gradient on dim 0 of one mesh, so each
+    element is on exactly one rank). Any other layout takes torch's own reduction per tensor."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Shard
+
+    meshes = {g.device_mesh for g in grads if isinstance(g, DTensor)}
+    sharded = all(
+        isinstance(g, DTensor) and all(isinstance(p, Shard) for p in g.placements) for g in grads
+    )
+    if len(meshes) != 1 or not sharded:
+        return torch.stack([n.full_tensor() for n in torch._foreach_norm(grads, 2.0)])
+    (mesh,) = meshes
+    local = torch.stack(torch._foreach_norm([g.to_local() for g in grads], 2.0))
+    squares = local.float().square()
+    dist.all_reduce(squares, group=mesh.get_group())
+    return squares.sqrt()
 
 
 class StepWindow:

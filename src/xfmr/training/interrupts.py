@@ -39,6 +39,8 @@ class StopOnSignal(L.Callback):
     next logging step, where the ranks agree on it): the state is saved
     to `checkpoint` (the loader's place in the epoch included) and the run stops with status
     `interrupted`. A second signal while that happens stops at once, as the default would.
+    `requeue_signal` (SLURM's warning before the time limit, `xfmr.training.slurm`) stops the
+    same way; `requeue_requested` then says the job is to be requeued.
 
     Lightning's own SIGTERM handling exits without a checkpoint; this one replaces it while
     training and puts the previous handlers back when training ends.
@@ -48,8 +50,11 @@ class StopOnSignal(L.Callback):
     was raised: Lightning hands it to `on_exception`, which saves the state once training has
     begun. Lightning then exits, which `xfmr.training.run.fit` turns back into a return."""
 
-    def __init__(self, checkpoint: str | Path) -> None:
+    def __init__(
+        self, checkpoint: str | Path, requeue_signal: signal.Signals | None = None
+    ) -> None:
         self.checkpoint = Path(checkpoint)
+        self.requeue_signal = requeue_signal
         self.received: int | None = None
         self.stopped_at: int | None = None
         self.keyboard_interrupt = False  # a KeyboardInterrupt reached Lightning
@@ -57,7 +62,8 @@ class StopOnSignal(L.Callback):
         self._previous: dict[int, Any] = {}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        for signum in STOP_SIGNALS:
+        extra = (self.requeue_signal,) if self.requeue_signal is not None else ()
+        for signum in (*STOP_SIGNALS, *extra):
             try:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
             except ValueError:  # not the main thread (e.g. a sweep worker thread): keep defaults
@@ -89,6 +95,22 @@ class StopOnSignal(L.Callback):
         trainer.save_checkpoint(self.checkpoint)
         self.stopped_at = trainer.global_step
         trainer.should_stop = True
+        self._own_last(trainer)
+
+    def _own_last(self, trainer: L.Trainer) -> None:
+        """A ModelCheckpoint that saves the last state to the same file (save_last) and has
+        not written it yet would, finding it there as the epoch ends, write last-v1.ckpt beside
+        it: a second checkpoint of the same step, one resuming never reads. Told the file is
+        its own, it writes the state there."""
+        for callback in trainer.checkpoint_callbacks:
+            if not isinstance(callback, ModelCheckpoint) or not callback.save_last:
+                continue
+            name = callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION
+            if (
+                callback.dirpath
+                and (Path(callback.dirpath) / name).resolve() == self.checkpoint.resolve()
+            ):
+                callback.last_model_path = str(self.checkpoint)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore()
@@ -119,6 +141,12 @@ class StopOnSignal(L.Callback):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+
+    @property
+    def requeue_requested(self) -> bool:
+        """The requeue signal stopped the run, with its state saved."""
+        requeue = self.requeue_signal is not None and self.received == self.requeue_signal
+        return requeue and bool(self.stopped_at)
 
     @property
     def signal_name(self) -> str | None:

@@ -20,21 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xfmr.checks import SHARDED_STRATEGY
+
 _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK")
 
 
 def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
     """How many processes this run needs us to start (1 = none beyond this one).
 
-    Only single-node DDP on processes nobody else launched: under torchrun, SLURM or inside a
-    worker, the environment already names the rank and Lightning takes it from there.
+    Only single-node DDP or FSDP (`launched_locally`) on processes nobody else launched: under
+    torchrun, SLURM or inside a worker, the environment already names the rank and Lightning
+    takes it from there.
     """
-    strategy = str(trainer_cfg.get("strategy") or "auto")
-    if (
-        not strategy.startswith("ddp")
-        or strategy.startswith("ddp_spawn")
-        or strategy.startswith("ddp_notebook")
-    ):
+    if not launched_locally(trainer_cfg.get("strategy")):
         return 1
     if any(v in os.environ for v in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID")):
         return 1
@@ -53,6 +51,16 @@ def processes_to_launch(trainer_cfg: dict[str, Any]) -> int:
 
         return max(1, torch.cuda.device_count())
     return 1
+
+
+def launched_locally(strategy: Any) -> bool:
+    """Whether xfmr starts the processes of `strategy` (a name, or a `_target_` mapping): DDP's
+    by name (not its spawn or notebook variants, which start their own) and trainer=fsdp's,
+    whose processes Lightning would likewise start by running sys.argv again."""
+    if isinstance(strategy, dict):
+        return strategy.get("_target_") == SHARDED_STRATEGY
+    name = str(strategy or "auto")
+    return name.startswith("ddp") and not name.startswith(("ddp_spawn", "ddp_notebook"))
 
 
 def _free_port() -> int:

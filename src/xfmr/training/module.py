@@ -83,8 +83,25 @@ class XfmrModule(L.LightningModule):
         self._clip_by: GradientNorms | None = None
         self._step_totals: torch.Tensor | None = None  # the optimizer step's counts, all ranks
         self._step_loss: torch.Tensor | None = None  # this rank's part of the step's loss
+        self._sharded = False
         self.val_loss = TermLoss(objective.loss_terms)
         self.val_metrics = nn.ModuleDict(objective.metrics())
+
+    def configure_model(self) -> None:
+        """Under trainer=fsdp (a device mesh from Lightning's ModelParallelStrategy), shard the
+        model per transformer block (`xfmr.training.sharding`); Lightning calls this before
+        each fit and validation, and the model is sharded once."""
+        if self.device_mesh is None or self._sharded:
+            return
+        from xfmr.training.sharding import shard_blocks
+
+        shard_blocks(
+            self.model,
+            self.device_mesh["data_parallel"],
+            precision=str(self.trainer.precision),
+            arch=self.hparams["model_config"]["arch"],
+        )
+        self._sharded = True
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model(*args, **kwargs)

@@ -26,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 from xfmr.checks import AUTO_PRECISION, compile_mode
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted, UserError
 from xfmr.files import atomic_path, write_json
-from xfmr.nn.config import ModelConfig, differences
+from xfmr.nn.config import ModelConfig, differences, resume_keys
 from xfmr.parts.build import Parts, build_parts, plan_training
 from xfmr.parts.transfer import freeze_backbone, initialise_from
 from xfmr.run_dir.checkpoints import SAFETENSORS_SUFFIX, read_checkpoint
+from xfmr.run_dir.cluster import slurm_restarts
 from xfmr.run_dir.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -37,7 +38,10 @@ from xfmr.run_dir.files import (
     LAST_CHECKPOINT,
     PERIODIC_GLOB,
     RESULTS_FILE,
+    SHARDED_STATE_FILE,
+    is_checkpoint,
 )
+from xfmr.run_dir.lock import is_global_rank_zero
 from xfmr.text.tokenizers import TextTokenizer
 from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
@@ -46,6 +50,7 @@ from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
+from xfmr.training.slurm import Requeue, cluster_plugins, requeue, requeue_plan
 
 log = logging.getLogger("xfmr")
 
@@ -67,9 +72,12 @@ def run_training(
     run_dir.mkdir(parents=True, exist_ok=True)
     tidy_lightning_logging()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    parts = build_parts(plan, data=cfg.data, is_worker=is_worker)
+    # Rank 0 writes the run directory; the other ranks (xfmr's DDP workers, and those torchrun
+    # or SLURM started, on this node or others) read what it wrote.
+    writes = not is_worker and is_global_rank_zero()
+    parts = build_parts(plan, data=cfg.data, is_worker=not writes)
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, parts.model_config.to_dict())
-    if not is_worker:
+    if writes:
         save_config(cfg, run_dir, ckpt_path)
     nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
     module = training_module(cfg, parts, nonfinite)
@@ -98,6 +106,8 @@ def run_training(
         results["reason"] = fitted.failure
     if transfer is not None:
         results["init_from"] = {"source": str(plan.init.path), **transfer.summary()}
+    if fitted.requeue is not None and fitted.requeue.job is not None:
+        results.update(slurm_job_id=fitted.requeue.job, slurm_restart_count=slurm_restarts())
     return finish(run_dir, results, fitted, overrides)
 
 
@@ -110,6 +120,7 @@ class Fitted:
     stop_on_signal: StopOnSignal
     status: str
     failure: str | None
+    requeue: Requeue | None = None  # the requeue signal under SLURM, and who requeues
 
 
 def save_config(cfg: DictConfig, run_dir: Path, ckpt_path: str | None) -> None:
@@ -156,7 +167,11 @@ def fit_run(
         else nullcontext()
     )
     pruning = TrialPruning(cfg.trial) if cfg.get("trial") else None
-    stop_on_signal = StopOnSignal(run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+    requeue = requeue_plan(cfg.slurm)
+    stop_on_signal = StopOnSignal(
+        run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT,
+        requeue_signal=requeue.signal if requeue is not None else None,
+    )
     earlier_rows = read_csv_rows(cfg.get("logger")) if ckpt_path and not is_worker else []
     with launcher:
         loggers = _instantiate_all(cfg.get("logger"))
@@ -170,7 +185,7 @@ def fit_run(
             callbacks=_fitting(callbacks, loggers, parts.tokenizer),
             logger=loggers or False,
             default_root_dir=str(run_dir),
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
             **validation_cadence(cfg.trainer),
         )
         failure = fit(
@@ -190,7 +205,7 @@ def fit_run(
             if stop_on_signal.keyboard_interrupt:
                 status = "interrupted"
         finish_loggers(trainer, status)
-    return Fitted(trainer, summary, stop_on_signal, status, failure)
+    return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
 
 
 def validation_cadence(trainer: DictConfig) -> dict[str, Any]:
@@ -242,17 +257,27 @@ def _close(
 def finish(
     run_dir: Path, results: dict[str, Any], fitted: Fitted, overrides: Sequence[str]
 ) -> dict[str, Any]:
-    """Write results.json; then raise what ended a run that did not complete."""
+    """Write results.json; then requeue a job that SLURM warned of its end, and raise what
+    ended a run that did not complete."""
     failure = fitted.failure
+    plan, stop = fitted.requeue, fitted.stop_on_signal
+    requeuing = plan is not None and plan.requeue and stop.requeue_requested and not failure
+    results["requeued"] = requeuing  # written first: a requeued job is ended at once
     try:
         write_results(run_dir, results)
+        if requeuing and not requeue(plan):
+            results["requeued"] = requeuing = False
+            write_results(run_dir, results)
     except DiskFull as e:  # the disk is still full: say why the run stopped, and this
         raise RunFailed(f"{failure}; {e}" if failure else str(e)) from None
     if failure:
         raise RunFailed(failure)
     if fitted.status == "interrupted":
-        error = RunInterrupted(interrupted_message(fitted.stop_on_signal, run_dir, overrides))
-        error.stopped = stopped_message(fitted.stop_on_signal)  # for a caller's own resume hint
+        message = interrupted_message(stop, run_dir, overrides)
+        if requeuing:
+            message = f"{stopped_message(stop)}; job requeued, it resumes in {run_dir}"
+        error = RunInterrupted(message)
+        error.stopped = stopped_message(stop)  # for a caller's own resume hint
         raise error
     return results
 
@@ -388,9 +413,10 @@ def resolve_checkpoint(
             return None
         ckpt_path = str(newest)
     path = Path(ckpt_path)
-    if not path.is_file():
+    if not is_checkpoint(path):
         raise UserError(
-            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file written by xfmr-train"
+            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file (or, under trainer=fsdp, "
+            "folder) written by xfmr-train"
         )
     if path.suffix == SAFETENSORS_SUFFIX:
         raise UserError(
@@ -398,7 +424,9 @@ def resolve_checkpoint(
             f"start a new run from it with init_from={ckpt_path}"
         )
     saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
-    differs = differences(ModelConfig.from_dict(saved), ModelConfig.from_dict(model_config))
+    differs = differences(
+        ModelConfig.from_dict(saved), ModelConfig.from_dict(model_config), ignore=resume_keys()
+    )
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(f"ckpt_path={ckpt_path!r} was trained with a different model ({detail})")
@@ -407,10 +435,12 @@ def resolve_checkpoint(
 
 def newest_checkpoint(directory: Path) -> Path | None:
     """The checkpoint a run resumes from: the last written of `last.ckpt` and `step-*.ckpt`
-    (every one is written whole, then renamed into place)."""
+    (every one is written whole, then renamed into place; a sharded one is a folder, whose
+    time is its state file's)."""
     candidates = (directory / LAST_CHECKPOINT, *directory.glob(PERIODIC_GLOB))
-    found = [p for p in candidates if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+    found = [p / SHARDED_STATE_FILE if p.is_dir() else p for p in candidates if is_checkpoint(p)]
+    newest = max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+    return newest.parent if newest is not None and newest.name == SHARDED_STATE_FILE else newest
 
 
 def summarize(
@@ -442,6 +472,7 @@ def summarize(
         "peak_flops_source": summary.peak.source if summary.peak else None,
         "mfu": round(mfu, 5) if mfu is not None else None,
         "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
         "precision": str(trainer.precision),  # as trainer.precision=auto chose it
         # The GPUs the run was given (a sweep's job: its group), as the process saw them.
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
