@@ -84,7 +84,7 @@ def step(args: argparse.Namespace, checkpointing: bool) -> dict:
 
     start = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = objective.forward(model, batch)[0]
+        loss = sum(objective.forward(model, batch)[0].values())  # the terms' sums
     loss.backward()
     if cuda:
         torch.cuda.synchronize()

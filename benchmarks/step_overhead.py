@@ -507,7 +507,11 @@ def plain_model(name: str, nanogpt: Path, *, vocab_size: int) -> tuple[Any, Call
                          pos={"name": "learned", "max_positions": SHAPE.block_size})  # fmt: skip
     objective = CausalLMObjective()
     model = objective.build_model(config)
-    return model, lambda x, y: objective.forward(model, {"input_ids": x, "labels": y})[0]
+
+    def loss(x: Any, y: Any) -> Any:  # the objective's sum over the block, as a mean: all count
+        return objective.forward(model, {"input_ids": x, "labels": y})[0]["tokens"] / y.numel()
+
+    return model, loss
 
 
 def adamw(model: Any) -> Any:

@@ -24,8 +24,8 @@ class NanLossAt(L.Callback):
 
         def poisoned(model, batch):
             pl_module.training_loss = compute  # this one step only
-            loss, logits = compute(model, batch)
-            return loss * float("nan"), logits
+            sums, logits = compute(model, batch)  # a sum per loss term
+            return {term: value * float("nan") for term, value in sums.items()}, logits
 
         pl_module.training_loss = poisoned
 

@@ -29,7 +29,8 @@ MAX_NORM = 0.05
 
 def step(model: torch.nn.Module, objective: CausalLMObjective, batch: dict) -> torch.Tensor:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    objective.forward(model, batch)[0].backward()
+    sums, _ = objective.forward(model, batch)  # summed over tokens; every token counts here
+    (sums["tokens"] / batch["labels"].numel()).backward()
     norms = gradient_norms(list(model.named_parameters()))
     torch.nn.utils.clip_grads_with_norm_(norms.params, MAX_NORM, norms.total)
     optimizer.step()

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from xfmr.data.formats.bad_rows import BadRows
 from xfmr.data.loading import device_loading
-from xfmr.data.order import TrainingLoader
+from xfmr.data.order import TrainingLoader, WindowedLoader
 from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 
@@ -57,9 +57,11 @@ def make_loader(
     collate_fn: Callable[[list[Any]], dict] | None,
     drop_last: bool = False,
     pin_memory: bool = False,
+    accumulate: int = 1,
 ) -> DataLoader:
     """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
-    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch.
+    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch. Training
+    batches carry the counts of their window of `accumulate` batches (gradient accumulation).
     `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
@@ -69,8 +71,9 @@ def make_loader(
             drop_last=drop_last,
             num_workers=num_workers,
             pin_memory=pin_memory,
+            accumulate=accumulate,
         )
-    return DataLoader(
+    return (WindowedLoader if accumulate > 1 else DataLoader)(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -79,7 +82,13 @@ def make_loader(
         collate_fn=collate_fn,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
+        **({"accumulate": accumulate} if accumulate > 1 else {}),
     )
+
+
+def accumulation(trainer: L.Trainer | None) -> int:
+    """The batches of one optimizer step on each process (trainer.accumulate_grad_batches)."""
+    return int(trainer.accumulate_grad_batches) if trainer is not None else 1
 
 
 class ExamplesDataModule(L.LightningDataModule):
@@ -117,4 +126,5 @@ class ExamplesDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
+            accumulate=accumulation(self.trainer) if shuffle else 1,
         )

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from xfmr.data.base import make_loader, require_positive
+from xfmr.data.base import accumulation, make_loader, require_positive
 from xfmr.data.formats.bad_rows import BadRow, BadRows
 from xfmr.data.hf_rows import BadCell, class_names, row_cells
 from xfmr.data.hf_source import HFSource
@@ -296,6 +296,7 @@ class HFStreamingDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
+            accumulate=accumulation(self.trainer) if training else 1,
         )
 
 

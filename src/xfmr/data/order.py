@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterator, Sized
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,6 +30,11 @@ from torch.utils.data.distributed import DistributedSampler
 _ROUNDS = 6  # Feistel rounds: 4 already make a strong pseudo-random permutation (Luby-Rackoff)
 _CHUNK = 8192  # indices computed at a time
 _M64 = (1 << 64) - 1
+
+# Batch keys: the counts of what each loss term of the objective averages over, in this batch
+# and in all batches of its gradient-accumulation window (on this process).
+COUNTS = "counts"
+WINDOW_COUNTS = "window_counts"
 
 
 def _splitmix64(value: int) -> int:
@@ -185,6 +191,57 @@ class SeededReads(Dataset):
         return [self.dataset[index] for index in batch.indices]
 
 
+class CountedCollate:
+    """`collate`, then the batch's `counts(batch)` (a count per loss term) added as `COUNTS`:
+    made where the batch is collated, on the host, so that a window's totals are known before
+    the device computes anything. A class, not a closure, so loader workers can pickle it."""
+
+    def __init__(
+        self,
+        collate: Callable[[list[Any]], dict[str, Any]],
+        counts: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+    ) -> None:
+        self.collate = collate
+        self.counts = counts
+
+    def __call__(self, examples: list[Any]) -> dict[str, Any]:
+        batch = self.collate(examples)
+        batch[COUNTS] = self.counts(batch)
+        return batch
+
+
+def counted_windows(batches: Iterator[Any], *, position: int, size: int) -> Iterator[Any]:
+    """`batches`, from `position` in the epoch, read a window at a time: the windows are the
+    epoch's batches [0, size), [size, 2 * size), ... as gradient accumulation steps on them (the
+    one holding `position` starts there; the last may be short). Each batch that carries
+    `COUNTS` gets the window's per-term totals as `WINDOW_COUNTS`."""
+    while True:
+        end = (position // size + 1) * size
+        window = list(islice(batches, end - position))
+        if not window:
+            return
+        counted = [b[COUNTS] for b in window if isinstance(b, dict) and COUNTS in b]
+        if len(counted) == len(window):
+            totals = {term: sum(c[term] for c in counted) for term in counted[0]}
+            for batch in window:
+                batch[WINDOW_COUNTS] = dict(totals)
+        yield from window
+        position += len(window)
+
+
+class WindowedLoader(DataLoader):
+    """A DataLoader whose batches carry their gradient-accumulation window's counts
+    (`counted_windows`), for training batches that do not come from a `TrainingLoader` (a
+    stream, which starts each epoch from its beginning)."""
+
+    def __init__(self, *args: Any, accumulate: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.accumulate = accumulate
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return counted_windows(super().__iter__(), position=0, size=self.accumulate)
+
+
 class TrainingLoader(DataLoader):
     """Shuffled training batches in `EpochSampler` order that Lightning can checkpoint and
     restore mid-epoch (its `state_dict` / `load_state_dict` interface): a resumed run continues
@@ -195,6 +252,10 @@ class TrainingLoader(DataLoader):
     masking and NSP's pair draws are the same in a resumed run and with any `num_workers`.
     When the batch reaches the training process they are seeded again from a key derived from
     the same place, for the training step's dropout.
+
+    Batches are read `accumulate` at a time (`counted_windows`), the windows of gradient
+    accumulation, so each batch carries its window's counts; the place kept for a resume and
+    the reseeding go with the batch handed out, not with the batches read ahead.
     """
 
     def __init__(
@@ -207,7 +268,9 @@ class TrainingLoader(DataLoader):
         num_workers: int = 0,
         pin_memory: bool = False,
         seed: int | None = None,
+        accumulate: int = 1,
     ) -> None:
+        self.accumulate = accumulate
         self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
         # `sampler` stays this DistributedSampler, so Lightning leaves the loader as it is.
         self.order = EpochSampler(dataset, seed=self.seed)  # type: ignore[arg-type]
@@ -237,7 +300,8 @@ class TrainingLoader(DataLoader):
             self.position = 0
         self._restored = False
         self.order.start = self.position * self.batch_size  # type: ignore[operator]
-        for batch in super().__iter__():
+        batches = counted_windows(super().__iter__(), position=self.position, size=self.accumulate)
+        for batch in batches:
             key = batch_key(self.seed, self.order.epoch, self.position, self.order.rank)
             seed_generators(_splitmix64(key))  # the step's numbers, apart from the collate's
             self.position += 1

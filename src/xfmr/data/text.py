@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from xfmr.data.base import cache_setting, make_loader, require_positive
+from xfmr.data.base import accumulation, cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.data.loading import device_loading
 from xfmr.data.settings import AUTO_WORKERS, check_num_workers
@@ -207,6 +207,7 @@ class TextCorpusDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
+            accumulate=accumulation(self.trainer) if shuffle else 1,
         )
 
 

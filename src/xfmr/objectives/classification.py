@@ -30,6 +30,7 @@ class ClassificationObjective(Objective):
     reads = "labelled"
     uses_labels = True
     by_perplexity = False
+    loss_terms = ("examples",)  # a mean over examples; counts: the labels, one per example
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, pooling: str = "first", max_length: int = 128) -> None:
@@ -72,6 +73,8 @@ class ClassificationObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch["attention_mask"])  # (B, n_classes)
-        return F.cross_entropy(logits.float(), batch["labels"]), logits
+        return {
+            "examples": F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
+        }, logits

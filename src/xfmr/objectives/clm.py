@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, token_loss_sum
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 
 
@@ -36,11 +36,10 @@ class CausalLMObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (mean loss over counted tokens, logits (B, T, V))."""
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Returns (the loss summed over counted tokens, logits (B, T, V))."""
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        loss = token_loss(logits, batch["labels"])
-        return loss, logits
+        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A prompt is continued. Blocks of running text carry no </s>: only

@@ -1,5 +1,5 @@
-"""What every objective uses: the label that does not count, the token-level loss, padding
-rows into a batch, and the ids BERT's inputs are built with."""
+"""What every objective uses: the label that does not count, the token-level loss (a sum, see
+`xfmr.objectives.terms`), padding rows into a batch, and the ids BERT's inputs are built with."""
 
 from __future__ import annotations
 
@@ -15,10 +15,16 @@ if TYPE_CHECKING:
 IGNORE_INDEX = -100
 
 
-def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the tokens whose label is not IGNORE_INDEX; logits (B, T, V)."""
+def token_loss_sum(
+    logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Cross-entropy summed over the tokens whose label is not IGNORE_INDEX; logits (B, T, V)."""
     return F.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX
+        logits.flatten(0, 1).float(),
+        labels.flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+        label_smoothing=label_smoothing,
     )
 
 

@@ -16,6 +16,14 @@ without importing torch (`xfmr.declared`):
     required_special_tokens   tokens it needs the tokenizer to have
     uses_labels               takes the data's label set (`bind_labels`)
     by_perplexity             its loss is a mean over tokens, so exp(loss) is a perplexity
+    loss_terms  the names of its loss's terms, each averaged over its own count (`counts`)
+
+Its loss is returned as sums (`xfmr.objectives.terms`): `forward` gives, per term, the sum of
+the per-target losses over the batch, and `counts` how many targets the term averages over.
+xfmr divides by the counts of everything one loss stands for: every micro-batch of an optimizer
+step on every process in training (gradient accumulation, DDP), the whole split in validation.
+A `forward` that returns one scalar, the mean over its one term's counted targets, still works:
+it is taken as that mean (sum = mean * count).
 """
 
 from __future__ import annotations
@@ -78,6 +86,7 @@ class Objective:
     required_special_tokens: ClassVar[tuple[str, ...]] = ()
     uses_labels: ClassVar[bool] = False
     by_perplexity: ClassVar[bool] = True
+    loss_terms: ClassVar[tuple[str, ...]] = ("tokens",)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,8 +118,17 @@ class Objective:
         (IGNORE_INDEX where nothing counts)."""
         raise NotImplementedError
 
-    def forward(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean loss over the counted labels, logits)."""
+    def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """How many targets each loss term averages over in `batch`, a 0-d integer tensor per
+        term of `loss_terms`; by default the labels that count (not IGNORE_INDEX). Called on
+        the host right after collating, and on the device."""
+        if len(self.loss_terms) != 1:
+            raise NotImplementedError(f"objective {self.name} must count each of its loss terms")
+        return {self.loss_terms[0]: (batch["labels"] != IGNORE_INDEX).sum()}
+
+    def forward(self, model: nn.Module, batch: Batch) -> tuple[dict[str, torch.Tensor], Any]:
+        """({term: the SUM of its per-target losses over the batch}, logits); the terms are
+        `loss_terms`, each divided by its count (`counts`) of the whole optimizer step."""
         raise NotImplementedError
 
     def metrics(self) -> dict[str, Metric]:

@@ -12,7 +12,7 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.common import IGNORE_INDEX, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, token_loss_sum
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
 
@@ -213,10 +213,9 @@ class MaskedLMObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        loss = token_loss(logits, batch["labels"])
-        return loss, logits
+        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         return fill_masks(tokenizer)

@@ -12,7 +12,7 @@ from torchmetrics.text import Perplexity
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows
+from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss_sum
 from xfmr.objectives.contract import Objective, TextTask
 from xfmr.objectives.mlm import TokenMasker, fill_masks
 
@@ -81,6 +81,7 @@ class NextSentenceObjective(Objective):
     reads = "documents"
     segments = 2
     by_perplexity = False
+    loss_terms: tuple[str, ...] = ("pairs",)  # a mean over sentence pairs: one label each
     required_special_tokens: tuple[str, ...] = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, max_length: int = 128) -> None:
@@ -118,9 +119,10 @@ class NextSentenceObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return F.cross_entropy(logits.float(), batch["labels"]), logits  # logits (B, 2)
+        loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
+        return {"pairs": loss}, logits  # logits (B, 2)
 
 
 class MaskedLMNextSentenceObjective(NextSentenceObjective):
@@ -140,6 +142,8 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
     reads = "documents"
     segments = 2
     by_perplexity = False
+    # MLM's mean over the masked tokens plus NSP's over the pairs, each over its own count.
+    loss_terms = ("mlm", "nsp")
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
 
     def __init__(
@@ -188,23 +192,22 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
         batch["input_ids"], batch["labels"] = self.masker(batch["input_ids"])
         return batch
 
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        nsp_labels = batch["next_sentence_label"]
+        return {
+            "mlm": (batch["labels"] != IGNORE_INDEX).sum(),
+            "nsp": (nsp_labels != IGNORE_INDEX).sum(),
+        }
+
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         mlm_logits, nsp_logits = model(
             batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
         )
-        labels = batch["labels"]
-        # Summed over the masked tokens, divided by their count: a pair with none adds 0, not NaN.
-        mlm_sum = F.cross_entropy(
-            mlm_logits.flatten(0, 1).float(),
-            labels.flatten(),
-            ignore_index=IGNORE_INDEX,
-            reduction="sum",
-        )
-        mlm_loss = mlm_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
-        nsp_loss = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"])
-        return mlm_loss + nsp_loss, (mlm_logits, nsp_logits)
+        nsp = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
+        sums = {"mlm": token_loss_sum(mlm_logits, batch["labels"]), "nsp": nsp}
+        return sums, (mlm_logits, nsp_logits)
 
     def text_task(self, tokenizer) -> TextTask | None:
         return fill_masks(tokenizer)

@@ -94,6 +94,7 @@ class QuestionAnsweringObjective(Objective):
     reads = "questions"
     segments = 2  # question and context
     by_perplexity = False
+    loss_terms = ("windows",)  # a mean over the rows (windows), of start's and end's losses
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, max_answer_length: int = 30) -> None:
@@ -167,11 +168,17 @@ class QuestionAnsweringObjective(Objective):
             "spans": sources,
         }
 
-    def forward(self, model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def counts(self, batch: dict) -> dict[str, torch.Tensor]:
+        labels = batch["labels"]  # (windows, 2): every window has a target, [CLS]'s at least
+        return {"windows": torch.ones_like(labels[:, 0]).sum()}  # made where labels are: no copy
+
+    def forward(
+        self, model: nn.Module, batch: dict
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         # Padding can be neither end of an answer.
         padding = batch["attention_mask"][..., None] == 0  # (B, T, 1)
         logits = logits.float().masked_fill(padding, torch.finfo(torch.float32).min)  # (B, T, 2)
-        start_loss = F.cross_entropy(logits[..., 0], batch["labels"][:, 0])
-        end_loss = F.cross_entropy(logits[..., 1], batch["labels"][:, 1])
-        return (start_loss + end_loss) / 2, logits  # Devlin et al. 2019, sec. 4.2
+        start_loss = F.cross_entropy(logits[..., 0], batch["labels"][:, 0], reduction="sum")
+        end_loss = F.cross_entropy(logits[..., 1], batch["labels"][:, 1], reduction="sum")
+        return {"windows": (start_loss + end_loss) / 2}, logits  # Devlin et al. 2019, sec. 4.2

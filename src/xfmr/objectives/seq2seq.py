@@ -5,21 +5,15 @@ the loss is cross-entropy against (1 - a) * onehot + a / K, padding ignored."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows
+from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss_sum
 from xfmr.objectives.contract import Objective, TextTask
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """Mean over counted tokens of -sum_k q_k log p_k with q = (1 - a) onehot + a / K."""
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(),
-        labels.flatten(),
-        ignore_index=IGNORE_INDEX,
-        label_smoothing=smoothing,
-    )
+    """Sum over counted tokens of -sum_k q_k log p_k with q = (1 - a) onehot + a / K."""
+    return token_loss_sum(logits, labels, label_smoothing=smoothing)
 
 
 class Seq2SeqObjective(Objective):
@@ -62,10 +56,10 @@ class Seq2SeqObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = encoder_decoder_logits(model, batch)
         smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
-        return smoothed_loss(logits, batch["labels"], smoothing), logits
+        return {"tokens": smoothed_loss(logits, batch["labels"], smoothing)}, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A source + </s> is read; the target is written from <s> up to </s>."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss_sum
 from xfmr.objectives.contract import Objective, TextTask
 
 
@@ -117,10 +117,9 @@ class SpanCorruptionObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = encoder_decoder_logits(model, batch)
-        loss = token_loss(logits, batch["labels"])
-        return loss, logits
+        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """T5 (Raffel et al. 2020): the decoder starts at <pad>; sentinels stay in the output."""

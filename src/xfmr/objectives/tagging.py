@@ -10,7 +10,7 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss
+from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss_sum
 from xfmr.objectives.contract import Objective
 from xfmr.objectives.entity_f1 import NO_PREDICTION, SCORES, EntityF1
 
@@ -103,6 +103,6 @@ class TaggingObjective(Objective):
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch["attention_mask"])  # (B, T, n_labels)
-        return token_loss(logits, batch["labels"]), logits
+        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits

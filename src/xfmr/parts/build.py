@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from xfmr.checks import model_config as config_model
+from xfmr.data.order import CountedCollate
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig
 from xfmr.objectives.contract import Objective
@@ -93,7 +94,8 @@ def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool =
             labels = run_labels(datamodule, plan.run_dir, save=not is_worker)
         objective.bind_labels(labels)
     if datamodule is not None:
-        datamodule.attach(tokenizer, objective.collate)
+        # Each batch with its loss terms' counts (what gradient accumulation divides by).
+        datamodule.attach(tokenizer, CountedCollate(objective.collate, objective.counts))
     model_config = plan.model_config or config_model(plan.config, vocab_size=tokenizer.vocab_size)
     if (
         plan.init is not None

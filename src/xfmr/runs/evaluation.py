@@ -22,6 +22,7 @@ from xfmr.files import atomic_write_text
 from xfmr.generation import GenerationConfig
 from xfmr.nn.positions import extend_positions
 from xfmr.objectives.common import IGNORE_INDEX, token_losses
+from xfmr.objectives.terms import TermLoss, loss_sums
 from xfmr.parts.build import data_module
 from xfmr.runs.evaluation_data import outputs_path
 from xfmr.runs.inference import generate_rows, hypothesis_text, text_task
@@ -170,31 +171,41 @@ def _pad_to(values: torch.Tensor, length: int) -> torch.Tensor:
 def evaluate_loss(
     run: LoadedRun, loader: Any, *, on_batch: Progress | None = None, by_position: bool = False
 ) -> dict:
-    """Mean loss over every counted target (labels != IGNORE_INDEX) of `loader`, weighted as
-    validation weights it; perplexity = exp(loss) for token-level objectives, the objective's
-    own metrics (e.g. accuracy) otherwise. `by_position`: also the mean loss at each position
-    of the rows (`PositionTotals.result`), as `by_position`."""
+    """The loss over every counted target of `loader`, as validation takes it: per loss term,
+    its sum over the split over the term's count, added over the terms
+    (`xfmr.objectives.terms`); perplexity = exp(loss) for token-level objectives, the
+    objective's own metrics (e.g. accuracy) otherwise. `targets`: the first term's count (the
+    labels that count), with every term's loss and count under `terms` where there are more.
+    `by_position`: also the mean loss at each position of the rows (`PositionTotals.result`)."""
     objective = run.objective
     metrics = None if objective.by_perplexity else objective.metrics()
     positions = PositionTotals() if by_position else None
-    total, counted, examples = 0.0, 0, 0
+    terms = TermLoss(objective.loss_terms).to(run.device)
+    examples = 0
     for batch in loader:
         batch = {k: v.to(run.device) for k, v in batch.items()}
         loss, logits = objective.forward(run.model, batch)
-        count = int((batch["labels"] != IGNORE_INDEX).sum())
-        total += float(loss) * count
-        counted += count
+        counts = objective.counts(batch)
+        terms.update(loss_sums(objective.name, loss, counts), counts)
         examples += len(batch["labels"])
         if metrics is not None:
-            objective.update_metrics(metrics, logits.cpu(), {k: v.cpu() for k, v in batch.items()})
+            on_host = tuple(t.cpu() for t in logits) if isinstance(logits, tuple) else logits.cpu()
+            objective.update_metrics(metrics, on_host, {k: v.cpu() for k, v in batch.items()})
         if positions is not None:
             positions.add(logits, batch["labels"])
         if on_batch is not None:
             on_batch(len(batch["labels"]))
-    if not counted:
+    counted = terms.counts.tolist()
+    if not sum(counted):
         raise UserError("the validation split has no counted targets: nothing to evaluate")
-    loss = total / counted
-    result: dict[str, Any] = {"loss": loss, "examples": examples, "targets": counted}
+    loss = float(terms.compute())
+    result: dict[str, Any] = {"loss": loss, "examples": examples, "targets": counted[0]}
+    if len(counted) > 1:
+        sums = terms.sums.tolist()
+        result["terms"] = {
+            term: {"loss": total / count if count else None, "targets": count}
+            for term, total, count in zip(objective.loss_terms, sums, counted, strict=True)
+        }
     if metrics is None:
         result["perplexity"] = math.exp(loss)
     else:

@@ -33,6 +33,17 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
 
 
+def _step_loss(trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any) -> Any:
+    """The optimizer step's training loss: xfmr's module's, that of the whole step over every
+    process (`XfmrModule.step_loss`); another module's, as Lightning passes it on."""
+    step_loss = getattr(pl_module, "step_loss", None)
+    if step_loss is not None:
+        return step_loss()
+    loss = outputs.get("loss") if isinstance(outputs, dict) else None
+    # Lightning's copy, divided over accumulated batches
+    return None if loss is None else loss * trainer.accumulate_grad_batches
+
+
 class RunSummary(L.Callback):
     """Times training steps (validation excluded), shows tokens/s and model FLOPs utilisation
     (mfu), and tracks the best validation.
@@ -96,9 +107,9 @@ class RunSummary(L.Callback):
         if self._flops is not None:
             self.flops_per_token = self._flops.per_batch_token(batch)
         self._close_window(pl_module)
-        loss = outputs.get("loss") if isinstance(outputs, dict) else None
-        if loss is not None:  # Lightning's copy, divided over accumulated batches
-            self.shown["train/loss"] = float(loss) * trainer.accumulate_grad_batches
+        loss = _step_loss(trainer, pl_module, outputs)
+        if loss is not None:
+            self.shown["train/loss"] = float(loss)
         log_at_step(trainer, self.shown)
 
     def _close_window(self, pl_module: L.LightningModule) -> None:

@@ -1,4 +1,12 @@
-"""The LightningModule: wires model, objective, metrics, optimizer and schedule; no model maths."""
+"""The LightningModule: wires model, objective, metrics, optimizer and schedule; no model maths.
+
+The training loss is that of one batch holding every micro-batch of the optimizer step on every
+process (`xfmr.objectives.terms`): each micro-batch's per-term sums are divided by the step's
+totals of counted targets, which the training loader attaches to each batch of the window
+(`xfmr.data.order.WINDOW_COUNTS`) and which are added over the processes on the device. A mean
+per micro-batch, averaged by accumulation and by DDP, would weight a micro-batch of few targets
+as much as one of many.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +20,10 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
-from torchmetrics import MeanMetric
 
-from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.data.order import COUNTS, WINDOW_COUNTS
 from xfmr.objectives.contract import Objective
+from xfmr.objectives.terms import TermLoss, Terms, divided, loss_sums
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
 from xfmr.training.guards import (
@@ -73,8 +81,10 @@ class XfmrModule(L.LightningModule):
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
         self._clip_by: GradientNorms | None = None
+        self._step_totals: torch.Tensor | None = None  # the optimizer step's counts, all ranks
+        self._step_loss: torch.Tensor | None = None  # this rank's part of the step's loss
         self._sharded = False
-        self.val_loss = MeanMetric()
+        self.val_loss = TermLoss(objective.loss_terms)
         self.val_metrics = nn.ModuleDict(objective.metrics())
 
     def configure_model(self) -> None:
@@ -100,12 +110,60 @@ class XfmrModule(L.LightningModule):
         if self.compile_mode == "reduce-overhead":  # the last step's graph outputs are free
             torch.compiler.cudagraph_mark_step_begin()
         loss, _ = self.training_loss(self.model, batch)
-        return loss  # RunSummary logs it at logging steps (xfmr.training.cadence)
+        counts = self._counts(batch)
+        sums = loss_sums(self.objective.name, loss, counts)
+        first = batch_idx % self.trainer.accumulate_grad_batches == 0
+        share = divided(sums, self._totals(batch, counts, renew=first))
+        done = share.detach()
+        self._step_loss = done if first or self._step_loss is None else self._step_loss + done
+        # Lightning divides the loss by accumulate_grad_batches (also in a short last window)
+        # and DDP averages gradients over the processes: both undone, the step's gradient is
+        # that of the sum over the step's targets divided by their count.
+        return share * (self.trainer.accumulate_grad_batches * self.trainer.world_size)
+
+    def _counts(self, batch: dict[str, Any]) -> Terms:
+        """The batch's counts: made on the host with the batch, or else counted here."""
+        counts = batch.get(COUNTS)
+        return counts if counts is not None else self.objective.counts(batch)
+
+    def _totals(self, batch: dict[str, Any], counts: Terms, *, renew: bool) -> Terms:
+        """The counts of the optimizer step on all processes: the window's totals the loader
+        attached, added over the ranks once per window (on the device: no read). A loader
+        that attaches none (a stream) gives each micro-batch an equal part of the step."""
+        terms = self.objective.loss_terms
+        window = batch.get(WINDOW_COUNTS)
+        if window is None:
+            totals = self._all_ranks(torch.stack([counts[t] for t in terms]))
+            totals = totals * self.trainer.accumulate_grad_batches
+        else:
+            if renew or self._step_totals is None:
+                self._step_totals = self._all_ranks(torch.stack([window[t] for t in terms]))
+            totals = self._step_totals
+        return dict(zip(terms, totals.unbind(), strict=True))
+
+    def _all_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` added over the processes, on a copy. torch.distributed's all-reduce, not
+        the strategy's `reduce`: that one puts a barrier before it, which on NCCL holds the host
+        until the device has done all it was given; the all-reduce alone is queued on the
+        device like any kernel."""
+        if self.trainer.world_size == 1:
+            return values
+        summed = values.clone()
+        torch.distributed.all_reduce(summed, op=torch.distributed.ReduceOp.SUM)
+        return summed
+
+    def step_loss(self) -> torch.Tensor | None:
+        """The last optimizer step's training loss, that of one batch holding all of the
+        step's micro-batches on every process: added over the ranks, so every rank calls it
+        together (at logging steps)."""
+        if self._step_loss is None:
+            return None
+        return self._all_ranks(self._step_loss)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self.objective.forward(self.model, batch)
-        counted = (batch["labels"] != IGNORE_INDEX).sum()
-        self.val_loss.update(loss, weight=counted)
+        counts = self._counts(batch)
+        self.val_loss.update(loss_sums(self.objective.name, loss, counts), counts)
         self.objective.update_metrics(self.val_metrics, logits, batch)
         self.log("val/loss", self.val_loss, prog_bar=True)
         for name, metric in self.val_metrics.items():
@@ -147,18 +205,18 @@ class XfmrModule(L.LightningModule):
         if guard is None or optimizer_closure is None:
             super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
             return
-        result = optimizer_closure()  # the loss / accumulate_grad_batches, as backward saw it
-        loss = None if result is None else result * self.trainer.accumulate_grad_batches
+        result = optimizer_closure()  # runs the window's last training_step
+        # The step's loss over all ranks: one more sum over them, with the guard's own.
+        loss = None if result is None else self.step_loss()
         # fp16's loss scaler finds inf gradients itself and skips those steps; otherwise the
         # gradients' norms serve the guard and clipping both.
         norms = gradient_norms([] if self._loss_scaled() else self._guarded)
         self._clip_by = norms
-        reduce = self.trainer.strategy.reduce if self.trainer.world_size > 1 else None
         bad = guard.verdict(
             self.trainer.global_step,
             loss,
             norms,
-            agree=(lambda flag: reduce(flag, reduce_op="sum")) if reduce else None,
+            agree=self._all_ranks if self.trainer.world_size > 1 else None,
         )
         if not self._skips_on_device:
             self._last_step_taken = not guard.settle()  # read every step

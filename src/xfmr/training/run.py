@@ -186,6 +186,7 @@ def fit_run(
             logger=loggers or False,
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
+            **validation_cadence(cfg.trainer),
         )
         failure = fit(
             trainer,
@@ -205,6 +206,19 @@ def fit_run(
                 status = "interrupted"
         finish_loggers(trainer, status)
     return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
+
+
+def validation_cadence(trainer: DictConfig) -> dict[str, Any]:
+    """Lightning's `val_check_interval` for xfmr's: an int counts optimizer steps in xfmr
+    (conf/trainer/default.yaml), as log_every_n_steps and the checkpoints'
+    every_n_train_steps do in Lightning too, but training batches in Lightning, of which
+    gradient accumulation takes `accumulate_grad_batches` a step. A fraction of an epoch
+    stays as it is."""
+    interval = trainer.get("val_check_interval")
+    batches = int(trainer.get("accumulate_grad_batches") or 1)
+    if isinstance(interval, bool) or not isinstance(interval, int) or batches == 1:
+        return {}
+    return {"val_check_interval": interval * batches}
 
 
 def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:

@@ -1,0 +1,72 @@
+"""An objective's loss as sums over counted targets, so that it adds up across batches.
+
+An objective's `forward` returns, per loss term, the SUM of the term's per-target losses over
+the batch, and its `counts` the number of targets each term averages over (`Objective`). The
+loss of any set of batches is then, term by term, the sum of the sums over the sum of the
+counts, added over the terms: the loss of one batch holding them all. Gradient accumulation and
+DDP divide by the counts of the whole optimizer step (`xfmr.training.module`), and validation
+and xfmr-eval by those of the whole split (`TermLoss`), where a mean per batch would weight a
+batch of few targets as much as one of many (mean of means).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torchmetrics import Metric
+
+Terms = dict[str, torch.Tensor]
+
+
+def loss_sums(name: str, loss: torch.Tensor | Mapping[str, torch.Tensor], counts: Terms) -> Terms:
+    """What objective `name`'s forward returned, as a sum per term (the keys of `counts`).
+
+    A plain scalar, what an objective written for an earlier contract returns, is taken as the
+    mean over its one term's count: its sum is mean * count."""
+    if isinstance(loss, Mapping):
+        if loss.keys() != counts.keys():
+            raise TypeError(
+                f"objective {name}: forward returned loss terms {sorted(loss)}, but counts "
+                f"gives {sorted(counts)}: they must be the same"
+            )
+        return dict(loss)
+    if len(counts) != 1:
+        raise TypeError(
+            f"objective {name}: forward returned one loss, but its loss has the terms "
+            f"{sorted(counts)}: return a sum per term"
+        )
+    ((term, count),) = counts.items()
+    return {term: loss * count}
+
+
+def divided(sums: Terms, totals: Terms) -> torch.Tensor:
+    """sum over terms of sums[t] / totals[t]; a term with nothing counted adds 0, not NaN."""
+    return sum(sums[t].float() / totals[t].clamp(min=1) for t in sums)  # type: ignore[return-value]
+
+
+class TermLoss(Metric):
+    """The loss over every batch it is given, term by term (sum of sums / sum of counts, added
+    over the terms); the states are sums, so DDP's sync adds the processes' together.
+
+    Args:
+        terms: the objective's loss terms (`Objective.loss_terms`).
+    """
+
+    full_state_update = False
+
+    def __init__(self, terms: tuple[str, ...]) -> None:
+        super().__init__()
+        self.terms = tuple(terms)
+        n = len(self.terms)
+        # float32 sums, as torchmetrics' MeanMetric keeps (an MPS device has no float64);
+        # whole-number counts stay exact past float32's 2^24.
+        self.add_state("sums", default=torch.zeros(n), dist_reduce_fx="sum")
+        self.add_state("counts", default=torch.zeros(n, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, sums: Terms, counts: Terms) -> None:
+        self.sums += torch.stack([sums[t].detach().to(self.sums.dtype) for t in self.terms])
+        self.counts += torch.stack([counts[t].to(self.counts.dtype) for t in self.terms])
+
+    def compute(self) -> torch.Tensor:
+        return (self.sums / self.counts.clamp(min=1)).sum()
