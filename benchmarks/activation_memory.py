@@ -13,7 +13,7 @@ size=tiny's with --quick), dropout off, on one batch of random tokens (--batch x
 - peak MiB (CUDA only): `torch.cuda.max_memory_allocated` over the step, less what was allocated
   before it (parameters, the batch);
 - ms: the step's time (CUDA: synchronized; the recomputation is the extra);
-- loss: the step's loss, to show both settings compute the same thing (checkpointing changes
+- loss: the step's loss (mean over its tokens), to show both settings compute the same thing (checkpointing changes
   how, not what).
 """
 
@@ -54,6 +54,7 @@ def size_shape(size: str) -> dict:
 def step(args: argparse.Namespace, checkpointing: bool) -> dict:
     from xfmr.nn.config import ModelConfig
     from xfmr.objectives import CausalLMObjective
+    from xfmr.objectives.terms import divided
 
     device = torch.device(args.device)
     config = ModelConfig(
@@ -84,7 +85,8 @@ def step(args: argparse.Namespace, checkpointing: bool) -> dict:
 
     start = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = sum(objective.forward(model, batch)[0].values())  # the terms' sums
+        sums, _ = objective.forward(model, batch)
+        loss = divided(sums, objective.counts(batch))  # the mean over the batch's tokens
     loss.backward()
     if cuda:
         torch.cuda.synchronize()
