@@ -14,6 +14,8 @@ def compare(
     group_by: str | Sequence[str] | None = None,
     group: bool = True,
     baseline: str | None = None,
+    equivalence: float | None = None,
+    detect: float | None = None,
 ) -> Any:
     """The table `xfmr-compare` prints for `runs`, as a DataFrame.
 
@@ -26,6 +28,10 @@ def compare(
             between runs, except seed, when some setting has more than one run).
         group: False for a row per run.
         baseline: the setting each other is compared with, e.g. "pos=learned".
+        equivalence: with a baseline, test whether each difference lies within ±equivalence
+            (TOST), in the metric's units.
+        detect: with a baseline, the seeds per setting that would detect this difference with
+            80% power.
 
     Returns:
         One row per setting (mean, std and 95% interval over its completed runs, n) or per
@@ -40,7 +46,14 @@ def compare(
     paths = [getattr(run, "path", run) for run in runs]
     keys = group_by if group_by is None or isinstance(group_by, str) else ",".join(group_by)
     found = compare_runs(
-        paths, metric=metric, mode=mode, group_by=keys, no_group=not group, baseline=baseline
+        paths,
+        metric=metric,
+        mode=mode,
+        group_by=keys,
+        no_group=not group,
+        baseline=baseline,
+        equivalence=equivalence,
+        detect=detect,
     )
     table = found.tables[0]  # grouped, when it groups
     frame = pd.DataFrame(table.rows, columns=table.columns)

@@ -29,6 +29,7 @@ EXAMPLES = """examples:
   xfmr-compare outputs/sweeps/pos                      one row per setting, mean ± std over seeds
   xfmr-compare outputs/sweeps/pos --no-group           one row per run
   xfmr-compare outputs/sweeps/pos --baseline pos=learned   each setting against learned
+  xfmr-compare outputs/sweeps/pos --baseline pos=learned --equivalence 0.01 --detect 0.02
   xfmr-compare runs/a runs/b --metric val/ppl --format markdown
   xfmr-compare outputs/sweeps/pos --plot pos.png --html pos.html
 """
@@ -68,8 +69,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         metavar="KEY=VALUE",
         help="the setting every other is compared with, e.g. pos=learned (several keys: "
-        "pos=learned,model.n_layers=4): the difference of means with its 95%% CI (Welch) and "
-        "Welch's t-test p-value, Holm-corrected over the settings",
+        "pos=learned,model.n_layers=4): the difference of means with its 95%% CI, effect size "
+        "and p-value, Holm-corrected over the settings; by the paired t-test over shared seeds "
+        "where every seed of the baseline ran in the setting, else Welch's",
+    )
+    parser.add_argument(
+        "--equivalence",
+        type=float,
+        metavar="MARGIN",
+        help="with --baseline: two one-sided tests (TOST) of whether each setting's difference "
+        "lies within ±MARGIN (the metric's units), Holm-corrected: equivalent, different or "
+        "not shown",
+    )
+    parser.add_argument(
+        "--detect",
+        type=float,
+        metavar="DELTA",
+        help="with --baseline: the seeds per setting that would detect a difference of DELTA "
+        "with 80%% power, from the observed spread (noncentral t)",
     )
     parser.add_argument("--format", choices=FORMATS, default="table", help="how to print the table")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", help="write the metric's curves")
@@ -99,6 +116,8 @@ def compare(args: argparse.Namespace) -> None:
         group_by=args.group_by,
         no_group=args.no_group,
         baseline=args.baseline,
+        equivalence=args.equivalence,
+        detect=args.detect,
     )
     runs, ranking, keys, tables = found.runs, found.ranking, found.keys, found.tables
     render(tables[0], args.format)

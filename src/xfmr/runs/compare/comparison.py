@@ -3,11 +3,13 @@ the metric and direction that rank them, the grouping keys, and the tables (grou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from xfmr.errors import UserError
+from xfmr.runs.compare.baseline import Questions
 from xfmr.runs.compare.runs import Run, find_runs, metric_names, optimized_metric, sweep_direction
 from xfmr.runs.compare.table import (
     SEED,
@@ -48,12 +50,17 @@ def compare_runs(
     group_by: str | None = None,
     no_group: bool = False,
     baseline: str | None = None,
+    equivalence: float | None = None,
+    detect: float | None = None,
 ) -> Comparison:
     """The runs under `paths` (run or sweep directories), ranked by `metric` (default: the
     runs' optimized_metric, else val/loss) in `mode` (min or max; default: the sweep's
     direction, else min), grouped by `group_by` (comma-separated override keys; default: every
     differing override but the seed) unless `no_group`, each setting against `baseline`
-    (KEY=VALUE[,KEY=VALUE]) if given."""
+    (KEY=VALUE[,KEY=VALUE]) if given: with `equivalence`, whether the difference lies within
+    ±equivalence; with `detect`, the seeds that would detect a difference of `detect`."""
+    questions = Questions(equivalence=equivalence, detect=detect)
+    check_questions(questions, baseline)
     runs = find_runs(paths)
     chosen = choose_metric(runs, metric)
     ranking = Ranking(chosen, mode or sweep_direction(runs, chosen) or "min")
@@ -64,7 +71,7 @@ def compare_runs(
         keys = keys if keys is not None else [k for k in differing_keys(runs) if k != SEED]
     per_run = run_table(runs, ranking)
     base = None if baseline is None else baseline_setting(runs, keys, baseline)
-    grouped = None if keys is None else group_table(runs, keys, ranking, base)
+    grouped = None if keys is None else group_table(runs, keys, ranking, base, questions)
     tables = [per_run] if grouped is None else [grouped, per_run]
     return Comparison(runs, ranking, keys, tables)
 
@@ -78,3 +85,17 @@ def choose_metric(runs: list[Run], requested: str | None) -> str:
         have = ", ".join(available) or "none (no run has validated yet)"
         raise UserError(f"--metric {requested}: no run has it; the runs have: {have}")
     return requested
+
+
+def check_questions(questions: Questions, baseline: str | None) -> None:
+    """--equivalence and --detect: a positive number of the metric's units, against a baseline."""
+    for flag, value in (("--equivalence", questions.equivalence), ("--detect", questions.detect)):
+        if value is None:
+            continue
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{flag} {value:g}: give a positive number, in the metric's units")
+        if baseline is None:
+            raise UserError(
+                f"{flag} {value:g}: asks about each setting against a baseline; add "
+                "--baseline KEY=VALUE"
+            )

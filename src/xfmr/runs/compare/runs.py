@@ -30,6 +30,7 @@ from xfmr.run_dir.files import (
 )
 
 SEARCH_DEPTH = 2
+SEED = "seed"  # the config key (and override) that seeds a run's initialisation and data order
 DIRECTIONS = {"minimize": "min", "maximize": "max"}
 
 
@@ -47,6 +48,7 @@ class Run:
         history: one mapping per validation, metric to value, with its `step`.
         best: each metric at its best validation, for runs without a history.
         optimized_metric: the metric its sweep optimized, when known.
+        seed: its seed, as its override or else its config gives it.
     """
 
     path: Path
@@ -60,6 +62,7 @@ class Run:
     history: tuple[dict[str, float | None], ...] = ()
     best: dict[str, float | None] = field(default_factory=dict)
     optimized_metric: str | None = None
+    seed: str | None = None
 
 
 def find_runs(paths: Sequence[str | Path]) -> list[Run]:
@@ -106,11 +109,12 @@ def _runs_below(directory: Path, depth: int) -> list[Path]:
 def read_run(run_dir: Path) -> Run:
     results = read_json(run_dir / RESULTS_FILE)
     overrides = results.get("overrides")
+    parsed = parse_overrides(overrides if overrides is not None else hydra_overrides(run_dir))
     return Run(
         path=run_dir,
         status=str(results.get("status") or "unknown"),
         reason=results.get("reason"),
-        overrides=parse_overrides(overrides if overrides is not None else hydra_overrides(run_dir)),
+        overrides=parsed,
         metrics=numbers(results.get("metrics")),
         step=integer(results.get("step")),
         ms_per_step=number(results.get("ms_per_step")),
@@ -118,6 +122,7 @@ def read_run(run_dir: Path) -> Run:
         history=tuple(numbers(entry) for entry in results.get("history") or ()),
         best=numbers(results.get("best")),
         optimized_metric=results.get("optimized_metric") or configured_metric(run_dir),
+        seed=parsed[SEED] if SEED in parsed else configured_seed(run_dir),
     )
 
 
@@ -152,6 +157,13 @@ def configured_metric(run_dir: Path) -> str | None:
     config = _read_yaml(run_dir / CONFIG_FILE)
     metric = config.get("optimized_metric") if isinstance(config, dict) else None
     return str(metric) if metric else None
+
+
+def configured_seed(run_dir: Path) -> str | None:
+    """The seed the run's resolved config gives, as an override would spell it."""
+    config = _read_yaml(run_dir / CONFIG_FILE)
+    seed = config.get(SEED) if isinstance(config, dict) else None
+    return None if seed is None else str(seed)
 
 
 def _read_yaml(path: Path) -> Any:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.errors import UserError
-from xfmr.runs.compare.runs import Run, integer
-from xfmr.runs.compare.stats import ALPHA, MIN_RUNS, holm, mean_interval, welch
+from xfmr.runs.compare.baseline import Questions, against_baseline, footnote
+from xfmr.runs.compare.runs import SEED, Run, integer
+from xfmr.runs.compare.stats import MIN_RUNS, mean_interval
 
-SEED = "seed"  # repeats of one setting, averaged over by default
 COMPLETED = "completed"
 
 
@@ -163,12 +163,13 @@ def group_table(
     keys: Sequence[str],
     ranking: Ranking,
     baseline: tuple[str | None, ...] | None = None,
+    questions: Questions | None = None,
 ) -> Table:
     """One row per setting of `keys`: mean, sample std (ddof=1) and the 95% t interval of the
     mean over its completed runs, n, how many ended otherwise and why; with a `baseline`
-    setting, each other setting's difference to it (Welch's t-test, Holm-corrected); best
-    setting first."""
-    labels = run_labels(runs)
+    setting, each other setting's difference to it (the paired t-test where the seeds pair,
+    else Welch's; Holm-corrected) and what `questions` asks besides; best setting first."""
+    labels, questions = run_labels(runs), questions or Questions()
     groups: dict[tuple[str | None, ...], list[Run]] = {}
     for run in runs:
         groups.setdefault(setting(run, keys), []).append(run)
@@ -184,7 +185,7 @@ def group_table(
         for values, members in groups.items()
     }
     if baseline is not None:
-        _compare_with_baseline(rows, groups, baseline, ranking)
+        _compare_with_baseline(rows, groups, baseline, ranking, questions)
     ordered = sorted(
         rows.values(), key=lambda row: ranking.key(row[f"final {ranking.metric} mean"])
     )
@@ -194,18 +195,11 @@ def group_table(
         f"completed runs; {ranking.describe()}"
     )
     if baseline is not None:
-        named = describe_setting(keys, baseline)
-        title += (
-            f"; Δ = mean - mean of {named}, {DELTA_CI}, Welch's t-test p Holm-corrected over "
-            f"{len(rows) - 1} settings, significant where < {ALPHA:g}"
-        )
+        title += "; " + footnote(describe_setting(keys, baseline), len(rows) - 1, questions)
     return Table(title, list(ordered[0]), ordered)
 
 
 CI = "95% CI (t)"
-DELTA_CI = "95% CI (Welch)"
-DELTA_COLUMNS = ("Δ vs baseline", f"Δ {DELTA_CI} low", f"Δ {DELTA_CI} high")
-P_COLUMNS = ("p (Welch)", "p (Holm)", "significant")
 
 
 def describe_setting(keys: Sequence[str], values: Sequence[str | None]) -> str:
@@ -218,44 +212,31 @@ def completed_values(members: Sequence[Run], metric: str) -> list[float]:
     return [value for value in values if value is not None]
 
 
+def seeded_values(members: Sequence[Run], metric: str) -> list[tuple[str | None, float]]:
+    """`completed_values` run by run, each with the run's seed: what pairs seed by seed."""
+    return [(run.seed, value) for run in members for value in completed_values([run], metric)]
+
+
 def _compare_with_baseline(
     rows: dict[tuple[str | None, ...], dict[str, Any]],
     groups: dict[tuple[str | None, ...], list[Run]],
     baseline: tuple[str | None, ...],
     ranking: Ranking,
+    questions: Questions,
 ) -> None:
-    """Fills the Δ and p columns of every row in place, the p-values Holm-corrected together."""
-    reference = completed_values(groups[baseline], ranking.metric)
-    tested = {}
+    """Fills each row in place with its comparison to the baseline (`baseline.against_baseline`:
+    the test, Δ, effect size, p-values and what `questions` asks besides)."""
+    samples = {values: seeded_values(members, ranking.metric) for values, members in groups.items()}
+    cells = against_baseline(samples, baseline, questions)
     for values, row in rows.items():
-        difference = (
-            None
-            if values == baseline
-            else welch(completed_values(groups[values], ranking.metric), reference)
-        )
-        row.update(dict.fromkeys((*DELTA_COLUMNS, *P_COLUMNS)))
-        if values == baseline:
-            row["significant"] = "baseline"
-        elif difference is None:
-            row["note"] = _joined(
-                row["note"], f"no test: needs {MIN_RUNS} completed runs here and in the baseline"
-            )
-        else:
-            row.update(
-                zip(DELTA_COLUMNS, (difference.delta, difference.low, difference.high), strict=True)
-            )
-            row["p (Welch)"] = difference.p_value
-            tested[values] = difference.p_value
-    for values, corrected in zip(tested, holm(list(tested.values())), strict=True):
-        rows[values]["p (Holm)"] = corrected
-        rows[values]["significant"] = "yes" if corrected < ALPHA else "no"
-    # The Δ columns read beside the mean's, before the best value's.
-    for row in rows.values():
-        moved = {column: row.pop(column) for column in (*DELTA_COLUMNS, *P_COLUMNS)}
+        added = cells[values]
+        if "note" in added:
+            row["note"] = _joined(row["note"], added.pop("note"))
+        # The comparison reads beside the mean's interval, before the best value.
         after = list(row).index(f"final {ranking.metric} {CI} high") + 1
         items = list(row.items())
         row.clear()
-        row.update(items[:after] + list(moved.items()) + items[after:])
+        row.update(items[:after] + list(added.items()) + items[after:])
 
 
 def _group_row(
