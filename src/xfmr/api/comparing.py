@@ -14,6 +14,7 @@ def compare(
     group_by: str | Sequence[str] | None = None,
     group: bool = True,
     baseline: str | None = None,
+    at: str | None = None,
 ) -> Any:
     """The table `xfmr-compare` prints for `runs`, as a DataFrame.
 
@@ -26,10 +27,13 @@ def compare(
             between runs, except seed, when some setting has more than one run).
         group: False for a row per run.
         baseline: the setting each other is compared with, e.g. "pos=learned".
+        at: where each run's metric is read, as `xfmr-compare --at`: "step=N", "tokens=N",
+            "flops=N" or "time=S", interpolated between validations (default: its end).
 
     Returns:
         One row per setting (mean, std and 95% interval over its completed runs, n) or per
-        run, best first; `.attrs` holds the title, the metric and its direction.
+        run, best first; `.attrs` holds the title, the metric and its direction, and `notes`
+        (with `at`: which runs have no value there).
     """
     import pandas as pd
 
@@ -40,9 +44,20 @@ def compare(
     paths = [getattr(run, "path", run) for run in runs]
     keys = group_by if group_by is None or isinstance(group_by, str) else ",".join(group_by)
     found = compare_runs(
-        paths, metric=metric, mode=mode, group_by=keys, no_group=not group, baseline=baseline
+        paths,
+        metric=metric,
+        mode=mode,
+        group_by=keys,
+        no_group=not group,
+        baseline=baseline,
+        at=at,
     )
     table = found.tables[0]  # grouped, when it groups
     frame = pd.DataFrame(table.rows, columns=table.columns)
-    frame.attrs.update(title=table.title, metric=found.ranking.metric, mode=found.ranking.direction)
+    frame.attrs.update(
+        title=table.title,
+        metric=found.ranking.metric,
+        mode=found.ranking.direction,
+        notes=list(table.notes),
+    )
     return frame
