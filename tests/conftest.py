@@ -94,6 +94,7 @@ SLOW_MODULES = {
     "objectives/test_bert_pretraining.py",
     "runs/test_compare.py",
     "runs/test_compare_html.py",
+    "runs/test_compare_points.py",
     "runs/test_compare_stats.py",
     "runs/test_eval_long.py",
     "runs/test_safe_loading.py",

@@ -80,6 +80,8 @@ def test_restart_in_same_directory_resumes(tmp_path: Path, tiny_run: TinyRun) ->
     assert results["step"] == 8
     assert results["resumed_from"] == str(last)
     assert [h["step"] for h in results["history"]] == [2, 4, 6, 8]
+    # Training tokens go on from the checkpoint's count: 4 x 16 a step, from the first step.
+    assert [h["tokens"] for h in results["history"]] == [128, 256, 384, 512]
 
 
 def test_explicit_ckpt_path_starts_a_new_directory_from_a_checkpoint(

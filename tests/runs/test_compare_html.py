@@ -46,7 +46,10 @@ def write_runs(root: Path) -> list[str]:
     """Four completed runs of a pos x seed grid and one killed job, as their files are written."""
     for job, (pos, seed) in enumerate(SETTINGS):
         losses = [3.0 - 0.2 * k - 0.05 * job for k in range(3)]
-        history = [{"step": 2 * (k + 1), "val/loss": loss} for k, loss in enumerate(losses)]
+        history = [
+            {"step": 2 * (k + 1), "tokens": 128 * (k + 1), "val/loss": loss}
+            for k, loss in enumerate(losses)
+        ]
         results = {
             "status": "completed",
             "metrics": {"val/loss": losses[-1], "train/loss": losses[-1] + 0.1},
@@ -119,3 +122,24 @@ def test_the_page_renders_its_tables_curves_and_parallel_coordinates(tmp_path: P
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[:2] == (2200, 1400)
     assert pixels[..., :3].std() > 0.05, "the screenshot is blank"
+
+
+def test_the_address_opens_the_curves_on_the_axis_it_names(tmp_path: Path) -> None:
+    """`#x=tokens` redraws the curves against training tokens (the page's switch, run by the
+    browser), and `#x=flops`, which no run recorded, says so over an empty plot."""
+    browser = chromium()
+    write_runs(tmp_path / "runs")
+    page = tmp_path / "compare.html"
+    made = run_cli(["runs", "--html", str(page)], tmp_path, timeout=120, module="xfmr.cli.compare")
+    assert made.returncode == 0, made.output
+    titles = {}
+    for axis in ("step", "tokens", "flops"):
+        dumped = browse(["--dump-dom", f"{page.as_uri()}#x={axis}"], tmp_path)
+        assert dumped.returncode == 0, f"{browser}: {dumped.stderr[-2000:]}"
+        curves = element(dumped.stdout, "curves-note", until="parallel")
+        titles[axis] = re.findall(r'class="xtitle"[^>]*>([^<]*)<', curves)
+        traces = len(re.findall(r'class="trace scatter', curves))
+        assert traces == (0 if axis == "flops" else 2 * 5), axis
+        if axis == "flops":
+            assert "No run recorded val/loss with flops" in curves
+    assert titles == {"step": ["step"], "tokens": ["training tokens"], "flops": ["training FLOPs"]}

@@ -20,11 +20,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.cli import run_cli
 from helpers.config import compose_config
+from helpers.runs import TinyRun, read_results
 from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import throughput
-from xfmr.training.callbacks import training_figures
+from xfmr.training.callbacks import RunSummary, training_figures
 from xfmr.training.throughput import (
     CPU_MATMUL,
     PEAK_CACHE_FILE,
@@ -314,6 +315,31 @@ def _expected_flops_per_token(run_dir: Path, block_size: int) -> float:
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     model = build_model(ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"]))
     return TrainingFlops.of(model).per_token(block_size)
+
+
+def test_the_history_counts_training_tokens_and_flops(tiny_run: TinyRun) -> None:
+    """Each validation records the tokens trained on so far as tokens/s counts them (every
+    position of input_ids, 4 x 16 a step here) and their FLOPs at the figure mfu uses."""
+    results = read_results(tiny_run.dir)
+    history = results["history"]
+    assert [h["step"] for h in history] == [2, 4]
+    assert results["tokens_per_step"] == 4 * 16
+    assert [h["tokens"] for h in history] == [h["step"] * 4 * 16 for h in history]
+    per_token = _expected_flops_per_token(tiny_run.dir, 16)
+    assert results["flops_per_token"] == round(per_token)
+    for entry in history:
+        assert entry["flops"] == pytest.approx(entry["tokens"] * per_token, rel=1e-9)
+
+
+def test_a_checkpoint_that_did_not_count_tokens_resumes_without_counts() -> None:
+    """Counting from the resumed step would understate every later entry: they get none."""
+    summary = RunSummary()
+    assert summary.state_dict()["tokens"] == 0 and summary.state_dict()["flops"] == 0
+    summary.load_state_dict({"best": {}, "history": [{"step": 2, "val/loss": 3.0}]})
+    assert summary.state_dict()["tokens"] is None and summary.state_dict()["flops"] is None
+    counted = {"best": {}, "history": [], "train_seconds": 1.5, "tokens": 128, "flops": 9e4}
+    summary.load_state_dict(counted)
+    assert summary.state_dict() == counted
 
 
 def _uniform_loss(run_dir: Path) -> float:

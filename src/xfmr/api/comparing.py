@@ -16,6 +16,7 @@ def compare(
     baseline: str | None = None,
     equivalence: float | None = None,
     detect: float | None = None,
+    at: str | None = None,
 ) -> Any:
     """The table `xfmr-compare` prints for `runs`, as a DataFrame.
 
@@ -32,10 +33,13 @@ def compare(
             (TOST), in the metric's units.
         detect: with a baseline, the seeds per setting that would detect this difference with
             80% power.
+        at: where each run's metric is read, as `xfmr-compare --at`: "step=N", "tokens=N",
+            "flops=N" or "time=S", interpolated between validations (default: its end).
 
     Returns:
         One row per setting (mean, std and 95% interval over its completed runs, n) or per
-        run, best first; `.attrs` holds the title, the metric and its direction.
+        run, best first; `.attrs` holds the title, the metric and its direction, and `notes`
+        (with `at`: which runs have no value there).
     """
     import pandas as pd
 
@@ -54,8 +58,14 @@ def compare(
         baseline=baseline,
         equivalence=equivalence,
         detect=detect,
+        at=at,
     )
     table = found.tables[0]  # grouped, when it groups
     frame = pd.DataFrame(table.rows, columns=table.columns)
-    frame.attrs.update(title=table.title, metric=found.ranking.metric, mode=found.ranking.direction)
+    frame.attrs.update(
+        title=table.title,
+        metric=found.ranking.metric,
+        mode=found.ranking.direction,
+        notes=list(table.notes),
+    )
     return frame

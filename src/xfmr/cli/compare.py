@@ -16,6 +16,7 @@ from xfmr.cli.common import fail
 from xfmr.errors import UserError
 from xfmr.runs.compare.comparison import compare_runs
 from xfmr.runs.compare.formats import FORMATS, render
+from xfmr.runs.compare.points import AXES
 from xfmr.runs.compare.runs import Run
 from xfmr.runs.compare.table import SEED, Ranking, Table, differing_keys
 
@@ -32,6 +33,8 @@ EXAMPLES = """examples:
   xfmr-compare outputs/sweeps/pos --baseline pos=learned --equivalence 0.01 --detect 0.02
   xfmr-compare runs/a runs/b --metric val/ppl --format markdown
   xfmr-compare outputs/sweeps/pos --plot pos.png --html pos.html
+  xfmr-compare outputs/sweeps/size --at flops=1e15     each run at the same training FLOPs
+  xfmr-compare outputs/sweeps/size --at time=600 --plot size.png --x time
 """
 
 
@@ -88,8 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --baseline: the seeds per setting that would detect a difference of DELTA "
         "with 80%% power, from the observed spread (noncentral t)",
     )
+    parser.add_argument(
+        "--at",
+        metavar="KIND=N",
+        help="read each run's metric at an equal budget rather than at its end: step=N, "
+        "tokens=N, flops=N (training tokens and FLOPs over all processes; 2e8, 1.5e15) or "
+        "time=S (training seconds, validation excluded), interpolated linearly between the "
+        "validations around it; runs that never got there are named below the table",
+    )
     parser.add_argument("--format", choices=FORMATS, default="table", help="how to print the table")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", help="write the metric's curves")
+    parser.add_argument(
+        "--x",
+        choices=tuple(AXES),
+        help="the x-axis of --plot's curves (default: --at's kind, else step); the --html page "
+        "switches between them",
+    )
     parser.add_argument(
         "--html", type=Path, metavar="FILE.html", help="write a self-contained page"
     )
@@ -118,6 +135,7 @@ def compare(args: argparse.Namespace) -> None:
         baseline=args.baseline,
         equivalence=args.equivalence,
         detect=args.detect,
+        at=args.at,
     )
     runs, ranking, keys, tables = found.runs, found.ranking, found.keys, found.tables
     render(tables[0], args.format)
@@ -125,14 +143,24 @@ def compare(args: argparse.Namespace) -> None:
         weigh_parameters(runs, ranking) if args.format in TEXT_FORMATS or args.html else None
     )
     if importance is not None and args.format in TEXT_FORMATS:
-        show_importance(importance, ranking.metric, args.format)
+        show_importance(importance, ranking.quantity, args.format)
     if args.plot:
-        from xfmr.runs.compare.figures import metric_curves, save_curves_png
-
-        save_curves_png(metric_curves(runs, ranking.metric, keys), ranking.metric, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        write_plot(args.plot, runs, ranking, keys, args.x)
     if args.html:
         write_html(args.html, tables, runs, ranking, keys, importance)
+
+
+def write_plot(
+    path: Path, runs: list[Run], ranking: Ranking, keys: list[str] | None, axis: str | None
+) -> None:
+    from xfmr.runs.compare.figures import left_out, metric_curves, save_curves_png
+
+    axis = axis or (ranking.at.axis if ranking.at else "step")
+    curves = metric_curves(runs, ranking.metric, keys, axis=axis)
+    save_curves_png(curves, ranking.metric, path, axis=axis)
+    print(f"wrote {path}", file=sys.stderr)
+    if note := left_out(runs, ranking.metric, axis):
+        print(note, file=sys.stderr)
 
 
 def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:
@@ -164,13 +192,12 @@ def write_html(
     keys: list[str] | None,
     importance: Importance | None,
 ) -> None:
-    from xfmr.runs.compare.figures import metric_curves
     from xfmr.runs.compare.page import write_page
 
     write_page(
         path,
         tables=tables,
-        curves=metric_curves(runs, ranking.metric, keys),
+        keys=keys,
         runs=runs,
         ranking=ranking,
         importance=importance,

@@ -56,6 +56,12 @@ class RunSummary(L.Callback):
     step's training loss (read back there), tok/s and mfu are logged (`log_at_step`) and kept
     in `shown` for the progress bar.
 
+    Each validation adds a `history` entry: the step, the seconds spent training (`time_s`),
+    the training tokens so far over all processes (`tokens`, the positions of `input_ids`
+    that tok/s counts, padding included) and their training FLOPs (`flops`, at the FLOPs per
+    token mfu uses, each batch at its own lengths), and the `val/` metrics. The counts are in
+    the callback's state, so a resumed run goes on from its checkpoint's.
+
     Args:
         monitor, mode: the validation metric that decides the best entry, and its direction.
         peak_tflops: one device's peak TFLOP/s (`throughput.peak_tflops`), the denominator
@@ -87,16 +93,21 @@ class RunSummary(L.Callback):
         self._window_start: float | None = None
         self._window_steps = 0
         self._window_tokens = 0
-        # Seconds spent training, validation excluded, up to each history entry (`time_s`):
-        # runs of different speeds are compared at equal time with it.
+        # Seconds spent training, validation excluded, up to each history entry (`time_s`),
+        # and the training tokens and FLOPs so far (`tokens`, `flops`): runs of different
+        # speeds and sizes are compared at equal time, data or compute with them. None: not
+        # known (a run resumed from a checkpoint that did not count them).
         self._train_seconds = 0.0
         self._segment_start: float | None = None
+        self._tokens_seen: int | None = 0
+        self._flops_seen: float | None = 0.0
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
     ) -> None:
         tokens = int(batch["input_ids"].numel()) * trainer.world_size  # shapes: no device read
         self.tokens_per_step = tokens
+        self._count(batch, tokens)
         if self._window_start is None:
             self._window_start = time.perf_counter()
             return
@@ -111,6 +122,17 @@ class RunSummary(L.Callback):
         if loss is not None:
             self.shown["train/loss"] = float(loss)
         log_at_step(trainer, self.shown)
+
+    def _count(self, batch: Any, tokens: int) -> None:
+        """Adds a (micro-)batch's tokens, as tokens/s counts them (every position of
+        `input_ids`, padding included, on every process), and their training FLOPs at the
+        batch's lengths (`TrainingFlops.per_batch_token`: arithmetic on shapes)."""
+        if self._tokens_seen is not None:
+            self._tokens_seen += tokens
+        if self._flops is None or self._flops_seen is None:
+            self._flops_seen = None  # an architecture without an estimate (rnn)
+        else:
+            self._flops_seen += self._flops.per_batch_token(batch) * tokens
 
     def _close_window(self, pl_module: L.LightningModule) -> None:
         """Wait for the device and time the window's steps: `shown` gets tok/s and mfu."""
@@ -169,6 +191,8 @@ class RunSummary(L.Callback):
         entry = {
             "step": trainer.global_step,
             "time_s": round(train_seconds, 3),
+            "tokens": self._tokens_seen,
+            "flops": round(self._flops_seen) if self._flops_seen is not None else None,
             **{k: v for k, v in metrics.items() if k.startswith("val/")},
         }
         if self.history and self.history[-1]["step"] == entry["step"]:
@@ -198,12 +222,22 @@ class RunSummary(L.Callback):
         return ordered[-1][0]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "history": self.history, "train_seconds": self._train_seconds}
+        return {
+            "best": self.best,
+            "history": self.history,
+            "train_seconds": self._train_seconds,
+            "tokens": self._tokens_seen,
+            "flops": self._flops_seen,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = state_dict.get("best", {})
         self.history = state_dict.get("history", [])
         self._train_seconds = state_dict.get("train_seconds", 0.0)
+        # A checkpoint that did not count them: the counts from here on would start at its
+        # step, not at 0, so the history's later entries have none.
+        self._tokens_seen = state_dict.get("tokens")
+        self._flops_seen = state_dict.get("flops")
 
 
 class TextSample(L.Callback):

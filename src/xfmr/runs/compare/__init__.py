@@ -1,6 +1,8 @@
 """Comparing runs from the files they leave behind, so runs copied from any machine compare.
 
     runs.py     run directories found under the given paths and read into `Run` records
+    points.py   where each run's metric is read: at its end, or at an equal step, number of
+                training tokens, FLOPs or seconds, interpolated between its validations
     table.py    the rows: one per run, or one per setting with mean, std and interval over its
                 runs, and each setting's difference to a baseline
     stats.py    the 95% t interval of a mean, Welch's difference and test, Holm's correction (scipy)

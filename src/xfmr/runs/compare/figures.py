@@ -1,5 +1,6 @@
 """The metric's curves, from the validations each results.json keeps: one colour per setting,
 its mean over the setting's completed runs with a band of ± one std, each run faint beneath.
+Against the step, or the training tokens, FLOPs or seconds at each validation (`points.AXES`).
 As data for any plot, and as a PNG (matplotlib, loaded only here)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xfmr.runs.compare.runs import Run, integer
+from xfmr.runs.compare.points import AXIS_TITLES, history_points, interpolate, lacking_axis
+from xfmr.runs.compare.runs import AXES, Run
 from xfmr.runs.compare.table import COMPLETED, describe_setting, run_labels, setting, spread
 
 # matplotlib's tab10 (also plotly's D3): distinct to most eyes; more settings than this get
@@ -24,22 +26,23 @@ BAND = "± 1 std over the setting's completed runs"
 
 @dataclass(frozen=True)
 class Curve:
-    """One run's metric per validation step."""
+    """One run's metric at each validation, `x` its step (or tokens, FLOPs, seconds)."""
 
     label: str
-    steps: list[int]
+    x: list[float]
     values: list[float]
 
 
 @dataclass(frozen=True)
 class SettingCurves:
-    """A setting's runs and, at each step some completed run validated, their mean and std
-    (std None where fewer than two have the step)."""
+    """A setting's runs and, at each x some completed run validated at, their mean and std over
+    the runs whose validations span it, each read off its curve (`points.interpolate`: exact
+    at its own validations; std None where fewer than two span it)."""
 
     label: str
     colour: str
     runs: list[Curve]
-    steps: list[int]
+    x: list[float]
     mean: list[float]
     std: list[float | None]
 
@@ -52,17 +55,18 @@ def colours(count: int) -> list[str]:
 
 
 def metric_curves(
-    runs: Sequence[Run], metric: str, keys: Sequence[str] | None
+    runs: Sequence[Run], metric: str, keys: Sequence[str] | None, *, axis: str = "step"
 ) -> list[SettingCurves]:
-    """A curve per run that validated `metric`, gathered by setting of `keys` (None: each run
-    its own setting), settings in the order first found."""
+    """A curve per run that validated `metric` against `axis` (step, tokens, flops or time),
+    gathered by setting of `keys` (None: each run its own setting), settings in the order
+    first found. Runs whose history lacks the axis have no curve (`left_out` names them)."""
     labels = run_labels(runs)
     groups: dict[object, list[Run]] = {}
     for run in runs:
         groups.setdefault(run.path if keys is None else setting(run, keys), []).append(run)
     gathered = []
     for group, members in groups.items():
-        pairs = [(run, run_curve(run, metric, labels[run.path])) for run in members]
+        pairs = [(run, run_curve(run, metric, labels[run.path], axis)) for run in members]
         pairs = [(run, curve) for run, curve in pairs if curve is not None]
         if pairs:
             name = labels[group] if keys is None else describe_setting(keys, group)
@@ -73,16 +77,25 @@ def metric_curves(
     ]
 
 
-def run_curve(run: Run, metric: str, label: str) -> Curve | None:
-    points = [
-        (integer(entry.get("step")), entry[metric])
-        for entry in run.history
-        if entry.get(metric) is not None and integer(entry.get("step")) is not None
-    ]
+def run_curve(run: Run, metric: str, label: str, axis: str = "step") -> Curve | None:
+    points = history_points(run, metric, axis)
     if not points:
         return None
-    steps, values = zip(*points, strict=True)
-    return Curve(label, list(steps), list(values))
+    xs, values = zip(*points, strict=True)
+    return Curve(label, list(xs), list(values))
+
+
+def left_out(runs: Sequence[Run], metric: str, axis: str) -> str | None:
+    """A sentence naming the runs that validated `metric` but have no curve against `axis`
+    (their history lacks it: runs from before results.json counted it); None if none."""
+    lacking = lacking_axis(runs, metric, axis)
+    if not lacking:
+        return None
+    labels = run_labels(runs)
+    return (
+        f"Left out against {axis} ({len(lacking)} of {len(runs)} runs: their history has no "
+        f"{AXES[axis]}): {', '.join(labels[run.path] for run in lacking)}"
+    )
 
 
 def _setting_curves(label: str, colour: str, pairs: list[tuple[Run, Curve]]) -> SettingCurves:
@@ -90,25 +103,29 @@ def _setting_curves(label: str, colour: str, pairs: list[tuple[Run, Curve]]) -> 
     # A pruned run stops where it was worst: the mean is over the runs that finished, unless
     # none did.
     averaged = [curve for run, curve in pairs if run.status == COMPLETED] or curves
-    by_step: dict[int, list[float]] = {}
-    for curve in averaged:
-        for step, value in zip(curve.steps, curve.values, strict=True):
-            by_step.setdefault(step, []).append(value)
-    steps = sorted(by_step)
-    spreads = [spread([v for v in by_step[step] if math.isfinite(v)]) for step in steps]
+    # Runs validate at the same steps, but not at the same seconds: each run is read off its
+    # own curve at every x of the setting, where its validations span it.
+    xs = sorted({x for curve in averaged for x in curve.x})
+    polylines = [list(zip(curve.x, curve.values, strict=True)) for curve in averaged]
+    spreads = []
+    for x in xs:
+        values = [interpolate(points, x) for points in polylines]
+        spreads.append(spread([v for v in values if v is not None and math.isfinite(v)]))
     return SettingCurves(
         label=label,
         colour=colour,
         runs=curves,
-        steps=steps,
+        x=xs,
         mean=[m if m is not None else math.nan for m, _ in spreads],
         std=[s for _, s in spreads],
     )
 
 
-def save_curves_png(settings: Sequence[SettingCurves], metric: str, path: Path) -> None:
-    """Each setting's mean and band over its runs, written to `path` (its suffix picks the
-    format: png, svg, pdf)."""
+def save_curves_png(
+    settings: Sequence[SettingCurves], metric: str, path: Path, *, axis: str = "step"
+) -> None:
+    """Each setting's mean and band over its runs against `axis`, written to `path` (its
+    suffix picks the format: png, svg, pdf)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -118,26 +135,29 @@ def save_curves_png(settings: Sequence[SettingCurves], metric: str, path: Path) 
     axes = figure.add_subplot()
     for curves in settings:
         for run in curves.runs:
-            axes.plot(run.steps, run.values, color=curves.colour, alpha=0.25, linewidth=0.8)
+            axes.plot(run.x, run.values, color=curves.colour, alpha=0.25, linewidth=0.8)
         n = len(curves.runs)
-        axes.plot(curves.steps, curves.mean, color=curves.colour, marker="o", markersize=3,
+        axes.plot(curves.x, curves.mean, color=curves.colour, marker="o", markersize=3,
                   linewidth=2, label=f"{curves.label} (n={n})")  # fmt: skip
         low, high = band(curves)
-        axes.fill_between(curves.steps, low, high, color=curves.colour, alpha=0.2, linewidth=0)
-    axes.set(xlabel="step", ylabel=metric, title=f"{metric}: mean per setting, band {BAND}")
+        axes.fill_between(curves.x, low, high, color=curves.colour, alpha=0.2, linewidth=0)
+    axes.set(
+        xlabel=AXIS_TITLES[axis], ylabel=metric, title=f"{metric}: mean per setting, band {BAND}"
+    )
     axes.title.set_fontsize("medium")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.xaxis.set_major_locator(MaxNLocator(integer=axis != "time"))
     axes.grid(alpha=0.3)
     if settings:
         axes.legend(fontsize="small")
     else:
-        axes.text(0.5, 0.5, f"no run has validated {metric}", ha="center", transform=axes.transAxes)
+        empty = f"no run has validated {metric}" + (f" with {axis}" if axis != "step" else "")
+        axes.text(0.5, 0.5, empty, ha="center", transform=axes.transAxes)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
 
 
 def band(curves: SettingCurves) -> tuple[list[float], list[float]]:
-    """mean - std and mean + std at each step; NaN (no band) where there is no std."""
+    """mean - std and mean + std at each x; NaN (no band) where there is no std."""
     low = [
         m - s if s is not None else math.nan for m, s in zip(curves.mean, curves.std, strict=True)
     ]

@@ -1,5 +1,6 @@
 """A `Table` printed for a person (rich in a terminal, markdown for a report) or for a script
-(csv, json, numbers as numbers): the same columns in each."""
+(csv, json, numbers as numbers): the same columns in each, and the table's notes below it (csv,
+which has no place for them, says them on stderr)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,14 @@ def render(table: Table, form: str, stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
     if form == "table":
         print_rich(table, stream)
+        for line in table.notes:
+            print(line, file=stream)
         return
     writers = {"csv": to_csv, "json": to_json, "markdown": to_markdown}
     stream.write(writers[form](table))
+    if form == "csv":
+        for line in table.notes:
+            print(line, file=sys.stderr)
 
 
 def cell_text(column: str, value: Any) -> str:
@@ -84,9 +90,8 @@ def to_csv(table: Table) -> str:
 def to_json(table: Table) -> str:
     """Numbers as numbers; NaN and infinities, which JSON lacks, as null."""
     rows = [{column: _finite(row.get(column)) for column in table.columns} for row in table.rows]
-    return (
-        json.dumps({"title": table.title, "columns": table.columns, "rows": rows}, indent=2) + "\n"
-    )
+    shown = {"title": table.title, "columns": table.columns, "rows": rows}
+    return json.dumps({**shown, "notes": list(table.notes)}, indent=2) + "\n"
 
 
 def _finite(value: Any) -> Any:
@@ -102,4 +107,5 @@ def to_markdown(table: Table) -> str:
     rule = ["---:" if column in numeric else "---" for column in table.columns]
     rows = [[cell_text(c, row.get(c)) for c in table.columns] for row in table.rows]
     lines = [f"**{table.title}**", "", line(table.columns), line(rule), *map(line, rows)]
-    return "\n".join(lines) + "\n"
+    notes = ["", *table.notes] if table.notes else []
+    return "\n".join([*lines, *notes]) + "\n"

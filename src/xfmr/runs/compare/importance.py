@@ -22,7 +22,7 @@ from typing import Any
 
 from xfmr.run_dir.files import JOURNAL_FILE, SWEEP_FILE
 from xfmr.runs.compare.runs import Run, read_json
-from xfmr.runs.compare.table import COMPLETED, SEED, Ranking, Table, differing_keys
+from xfmr.runs.compare.table import COMPLETED, SEED, Ranking, Table, differing_keys, metric_value
 
 # PED-ANOVA contrasts the best 10% of runs (Optuna's default target_quantile) with all of them;
 # below 11 finished runs that best 10% is one run, a point rather than a distribution, and
@@ -45,13 +45,13 @@ class Importance:
 
 def parameter_importance(runs: Sequence[Run], ranking: Ranking) -> Importance:
     """From the search's stored study when the runs are one search optimizing the ranked
-    metric, else from the runs."""
-    study = stored_study(runs, ranking.metric)
+    metric at their end, else from the runs (at `ranking.at`, when given: `metric_value`)."""
+    study = stored_study(runs, ranking.metric) if ranking.at is None else None
     if study is not None:
         return evaluate(study, f"the Optuna study {study.study_name!r}")
     keys = [key for key in differing_keys(runs) if key != SEED]
     finished = [
-        run for run in runs if run.status == COMPLETED and _finite(run.metrics.get(ranking.metric))
+        run for run in runs if run.status == COMPLETED and _finite(metric_value(run, ranking))
     ]
     source = "the finished runs as Optuna trials"
     if len(finished) < MIN_FINISHED or len(keys) < 2:
@@ -122,7 +122,7 @@ def runs_study(finished: Sequence[Run], keys: Sequence[str], ranking: Ranking) -
             create_trial(
                 params={key: _param(run.overrides.get(key), distributions[key]) for key in keys},
                 distributions=distributions,
-                value=run.metrics[ranking.metric],
+                value=metric_value(run, ranking),
             )
             for run in finished
         ]

@@ -32,6 +32,8 @@ from xfmr.run_dir.files import (
 SEARCH_DEPTH = 2
 SEED = "seed"  # the config key (and override) that seeds a run's initialisation and data order
 DIRECTIONS = {"minimize": "min", "maximize": "max"}
+# Where in its training a history entry was taken: each kind of point (`points`) and its field.
+AXES = {"step": "step", "tokens": "tokens", "flops": "flops", "time": "time_s"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Run:
         overrides: its command-line overrides, key to value (`hydra.*` left out).
         metrics: the final value of each metric.
         step: the step it stopped at.
-        history: one mapping per validation, metric to value, with its `step`.
+        history: one mapping per validation, metric to value, with where it was taken (AXES:
+            `step`, and `time_s`, `tokens`, `flops` in runs that recorded them).
         best: each metric at its best validation, for runs without a history.
         optimized_metric: the metric its sweep optimized, when known.
         seed: its seed, as its override or else its config gives it.
@@ -194,7 +197,7 @@ def metric_names(runs: Sequence[Run]) -> list[str]:
     """Every metric some run has a value of, at the end or in its history."""
     names = {k for run in runs for k in run.metrics} | {k for run in runs for k in run.best}
     names |= {k for run in runs for entry in run.history for k in entry}
-    return sorted(names - {"step", "time_s"})  # where a value was taken, not a metric
+    return sorted(names - set(AXES.values()))  # where a value was taken, not a metric
 
 
 def optimized_metric(runs: Sequence[Run]) -> str | None:

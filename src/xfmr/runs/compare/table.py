@@ -15,6 +15,7 @@ from typing import Any
 
 from xfmr.errors import UserError
 from xfmr.runs.compare.baseline import Questions, against_baseline, footnote
+from xfmr.runs.compare.points import Point, value_at
 from xfmr.runs.compare.runs import SEED, Run, integer
 from xfmr.runs.compare.stats import MIN_RUNS, mean_interval
 
@@ -23,11 +24,12 @@ COMPLETED = "completed"
 
 @dataclass(frozen=True)
 class Table:
-    """Rows in display order, each a mapping over `columns`."""
+    """Rows in display order, each a mapping over `columns`, and lines said below them."""
 
     title: str
     columns: list[str]
     rows: list[dict[str, Any]]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Ranking:
 
     metric: str
     direction: str = "min"
+    at: Point | None = None  # where each run's metric is read (`points`); None: its final value
 
     def key(self, value: float | None) -> tuple[bool, float]:
         """Sort key: best first; missing and NaN last."""
@@ -43,8 +46,21 @@ class Ranking:
             return (True, 0.0)
         return (False, value if self.direction == "min" else -value)
 
+    @property
+    def quantity(self) -> str:
+        """What is compared: the metric, and where it is read unless at the end."""
+        return self.metric if self.at is None else f"{self.metric} at {self.at}"
+
     def describe(self) -> str:
-        return f"{self.metric}, {'lower' if self.direction == 'min' else 'higher'} is better"
+        where = "" if self.at is None else " (interpolated between validations)"
+        better = "lower" if self.direction == "min" else "higher"
+        return f"{self.quantity}{where}, {better} is better"
+
+
+def metric_value(run: Run, ranking: Ranking) -> float | None:
+    """The run's value of the ranked metric where the comparison reads it: its final value, or
+    its history's at `ranking.at`. Every row, statistic and test reads a run's metric here."""
+    return value_at(run, ranking.metric, ranking.at)
 
 
 def differing_keys(runs: Sequence[Run]) -> list[str]:
@@ -136,7 +152,9 @@ def note(run: Run) -> str:
 def run_table(runs: Sequence[Run], ranking: Ranking) -> Table:
     """One row per run, best first; failed and pruned runs included, with their note."""
     labels, keys, metric = run_labels(runs), differing_keys(runs), ranking.metric
-    ordered = sorted(runs, key=lambda run: (ranking.key(run.metrics.get(metric)), labels[run.path]))
+    ordered = sorted(
+        runs, key=lambda run: (ranking.key(metric_value(run, ranking)), labels[run.path])
+    )
     rows = []
     for run in ordered:
         best, best_step = best_value(run, ranking)
@@ -145,7 +163,7 @@ def run_table(runs: Sequence[Run], ranking: Ranking) -> Table:
                 "run": labels[run.path],
                 **dict(zip(keys, setting(run, keys), strict=True)),
                 "status": run.status,
-                f"final {metric}": run.metrics.get(metric),
+                f"final {metric}": metric_value(run, ranking),
                 f"best {metric}": best,
                 "best step": best_step,
                 "steps": run.step,
@@ -206,15 +224,16 @@ def describe_setting(keys: Sequence[str], values: Sequence[str | None]) -> str:
     return ", ".join(f"{key}={value}" for key, value in zip(keys, values, strict=True))
 
 
-def completed_values(members: Sequence[Run], metric: str) -> list[float]:
-    """The final metric of each completed run that has one (NaN included: it is a result)."""
-    values = [run.metrics.get(metric) for run in members if run.status == COMPLETED]
+def completed_values(members: Sequence[Run], ranking: Ranking) -> list[float]:
+    """The metric of each completed run that has one where the comparison reads it
+    (`metric_value`; NaN included: it is a result)."""
+    values = [metric_value(run, ranking) for run in members if run.status == COMPLETED]
     return [value for value in values if value is not None]
 
 
-def seeded_values(members: Sequence[Run], metric: str) -> list[tuple[str | None, float]]:
+def seeded_values(members: Sequence[Run], ranking: Ranking) -> list[tuple[str | None, float]]:
     """`completed_values` run by run, each with the run's seed: what pairs seed by seed."""
-    return [(run.seed, value) for run in members for value in completed_values([run], metric)]
+    return [(run.seed, value) for run in members for value in completed_values([run], ranking)]
 
 
 def _compare_with_baseline(
@@ -226,7 +245,7 @@ def _compare_with_baseline(
 ) -> None:
     """Fills each row in place with its comparison to the baseline (`baseline.against_baseline`:
     the test, Δ, effect size, p-values and what `questions` asks besides)."""
-    samples = {values: seeded_values(members, ranking.metric) for values, members in groups.items()}
+    samples = {values: seeded_values(members, ranking) for values, members in groups.items()}
     cells = against_baseline(samples, baseline, questions)
     for values, row in rows.items():
         added = cells[values]
@@ -247,11 +266,15 @@ def _group_row(
     ranking: Ranking,
 ) -> dict[str, Any]:
     completed = [run for run in members if run.status == COMPLETED]
-    finals = completed_values(members, ranking.metric)
+    finals = completed_values(members, ranking)
     final = spread(finals)
     interval = mean_interval(finals) if all(math.isfinite(v) for v in finals) else None
     best = spread([best_value(run, ranking)[0] for run in completed])
     notes = [_outcome(run, labels[run.path]) for run in members if run.status != COMPLETED]
+    valueless = [labels[run.path] for run in completed if metric_value(run, ranking) is None]
+    if valueless:
+        where = "" if ranking.at is None else f" at {ranking.at}"
+        notes.append(f"no {ranking.metric}{where}: {', '.join(valueless)}")
     if len(finals) < MIN_RUNS:
         notes.append(f"n={len(finals)}: no std or CI (needs {MIN_RUNS} completed runs)")
     return {
