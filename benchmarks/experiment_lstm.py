@@ -5,9 +5,8 @@ Transformer buy at equal steps, and at equal training time?
 
 Trains `experiment=nanogpt_shakespeare_char` (a 4-layer decoder, d 128, learned positions,
 block 64, batch 12, char tokens) and the same experiment with `arch=rnn`: embedding -> 2-layer
-LSTM -> tied projection, its width chosen by building the model at each width and counting, so
-that its parameters are the nearest to the decoder's (within 2%). Data, optimizer, schedule,
-steps and seeds are the same. Compares the validation loss at equal steps (95% t intervals,
+LSTM -> tied projection, with `model.target_params` set to the decoder's parameters, so that xfmr
+chooses the LSTM's width (within 2%). Data, optimizer, schedule, steps and seeds are the same. Compares the validation loss at equal steps (95% t intervals,
 Welch's test against the decoder, `xfmr-compare --baseline arch=decoder`) and at equal training
 time (each run's loss read off its history at the time every run reached), and draws both.
 Writes docs/experiments/lstm.md.
@@ -26,33 +25,32 @@ from common.pages import (
     experiment_overrides,
     markdown_table,
     trained,
-    with_quick,
 )
 
 ARCHS = ("decoder", "rnn")
 NAMES = {"decoder": "Transformer decoder", "rnn": "LSTM"}
 COLOURS = {"decoder": "C0", "rnn": "C1"}
 LSTM_LAYERS = 2
-TOLERANCE = 0.02  # the widest relative gap in parameters that counts as the same size
 
 
 def main() -> None:
     args = arguments("lstm", __doc__, steps=1000, seeds=3)
     print(f"lstm: {len(ARCHS)} architectures x {args.seeds} seeds x {args.steps} steps")
-    # The decoder's first run gives the vocabulary the LSTM's width is counted with; then the
-    # two alternate, so that a machine busier at one time than another slows both alike.
+    # The decoder's first run gives the parameters the LSTM is sized to; then the two
+    # alternate, so that a machine busier at one time than another slows both alike.
     first = trained(args.runs / "decoder-seed1", overrides(args, "decoder", 1), quick=args.quick)
-    matching = matched(first, overrides(args, "rnn", 1, width=1), quick=args.quick)
+    target = int(first.results["n_parameters"])
     runs = {("decoder", 1): first}
     for seed in range(1, args.seeds + 1):
         for arch in ARCHS:
             if (arch, seed) not in runs:
-                given = overrides(args, arch, seed, width=matching.width)
+                given = overrides(args, arch, seed, target=target)
                 runs[(arch, seed)] = trained(args.runs / f"{arch}-seed{seed}", given,
                                              quick=args.quick)  # fmt: skip
     by_arch = {arch: [run for (a, _), run in runs.items() if a == arch] for arch in ARCHS}
+    matching = matched(first, by_arch["rnn"][0])
     page = Page(args, "lstm", "LSTM or Transformer, at the same size and time", QUESTION)
-    models(page, matching, by_arch, refusal(overrides(args, "rnn", 1, width=matching.width)))
+    models(page, matching, by_arch, refusal(overrides(args, "rnn", 1, target=target)))
     frame = equal_steps(page, list(runs.values()))
     timed = equal_time(page, by_arch)
     page.figure(_curves(by_arch, "step"), "by_step",
@@ -74,9 +72,9 @@ of the other does."""
 UNDONE = ("pos=none", "model.bias=true")  # what the experiment sets that an RNN does not read
 
 
-def overrides(args: Any, arch: str, seed: int, *, width: int = 0) -> list[str]:
-    """A run of `arch` (an LSTM of `width`). The LSTM's changes to the experiment besides its
-    width undo what an RNN does not read, which xfmr refuses set for one: `pos=none`, as an
+def overrides(args: Any, arch: str, seed: int, *, target: int = 0) -> list[str]:
+    """A run of `arch` (an LSTM of `target` parameters, its width chosen by xfmr). The LSTM's
+    changes to the experiment besides its size undo what an RNN does not read, which xfmr refuses set for one: `pos=none`, as an
     RNN orders tokens by its recurrence, and nanoGPT's `model.bias=false` back to the default."""
     common = ["experiment=nanogpt_shakespeare_char", f"data.path={args.data}", f"seed={seed}",
               f"trainer.max_steps={args.steps}", "data.val_batches=50",
@@ -84,12 +82,13 @@ def overrides(args: Any, arch: str, seed: int, *, width: int = 0) -> list[str]:
     if arch == "decoder":
         return [*common, "arch=decoder"]
     return [*common, "arch=rnn", *UNDONE, "model.rnn_cell=lstm",
-            f"model.n_layers={LSTM_LAYERS}", f"model.d_model={width}"]  # fmt: skip
+            f"model.n_layers={LSTM_LAYERS}", f"model.target_params={target}"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Matching:
-    """The LSTM's width, and the two models' parameter counts at the decoder's vocabulary."""
+    """The LSTM's width xfmr chose, and the two models' parameter counts at the decoder's
+    vocabulary."""
 
     width: int
     vocab_size: int
@@ -100,42 +99,30 @@ class Matching:
     def gap(self) -> float:
         return self.lstm / self.decoder - 1
 
+    def line(self) -> str:
+        """What the LSTM's run said it chose, as xfmr says it."""
+        return (f"model.target_params={self.decoder}: model.d_model={self.width} gives "
+                f"{self.lstm:,} parameters ({self.gap:+.2%})")  # fmt: skip
 
-def matched(decoder_run: Any, lstm_overrides: list[str], *, quick: bool) -> Matching:
-    """The LSTM width whose parameter count is nearest the decoder's, counted by building the
-    LSTM at each width with the decoder run's vocabulary. The decoder is counted the same way
-    and must agree with what its run recorded, so the two counts are counted alike."""
+
+def matched(decoder_run: Any, lstm_run: Any) -> Matching:
+    """The width the LSTM's run chose for the decoder's parameters, both models counted here
+    by building them at the decoder run's vocabulary; each count must agree with what its run
+    recorded, so the two are counted alike."""
     from xfmr.run_dir.files import TOKENIZER_FILE
     from xfmr.text.tokenizers import TextTokenizer
 
     vocab_size = TextTokenizer.load(decoder_run.path / TOKENIZER_FILE).vocab_size
-    decoder = _count(_model(decoder_run.config), vocab_size)
-    recorded = decoder_run.results.get("n_parameters")
-    if decoder != recorded:
-        raise SystemExit(f"the decoder counts {decoder} parameters here, its run {recorded}")
-    lstm_config = _composed(lstm_overrides, quick=quick)
-
-    def count(width: int) -> int:
-        return _count({**_model(lstm_config), "d_model": width}, vocab_size)
-
-    low, high = 1, 8 * int(decoder_run.config.model.d_model)  # the count grows with the width
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (middle + 1, high) if count(middle) < decoder else (low, middle)
-    width = min((max(low - 1, 1), low), key=lambda w: abs(count(w) - decoder))
-    found = Matching(width, vocab_size, decoder, count(width))
-    if abs(found.gap) > TOLERANCE:
-        raise SystemExit(f"no LSTM width within {TOLERANCE:.0%} of {decoder} parameters: "
-                         f"width {width} has {found.lstm}")  # fmt: skip
-    print(f"  LSTM width {width}: {found.lstm} parameters, the decoder {decoder}")
+    counts = [_count(_model(run.config), vocab_size) for run in (decoder_run, lstm_run)]
+    for run, counted in zip((decoder_run, lstm_run), counts, strict=True):
+        recorded = run.results.get("n_parameters")
+        if counted != recorded:
+            raise SystemExit(
+                f"{run.path.name} counts {counted} parameters here, its run {recorded}"
+            )
+    found = Matching(int(lstm_run.config.model.d_model), vocab_size, *counts)
+    print(f"  {found.line()}")
     return found
-
-
-def _composed(overrides: list[str], *, quick: bool) -> Any:
-    """The resolved config of a run of `overrides`, as `trained` merges them with quick mode's."""
-    import xfmr
-
-    return xfmr.compose(*with_quick(overrides, quick=quick), "hydra.run.dir=unused").config
 
 
 def _model(config: Any) -> dict:
@@ -182,9 +169,13 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
     commands = [f"    xfmr-train {' '.join(experiment_overrides(by_arch[a][0]))}" for a in ARCHS]
     page.add(
         "## The two models",
-        f"The LSTM's width is the one whose parameter count is nearest the decoder's, counted "
-        f"by building both at the runs' vocabulary of {matching.vocab_size} characters (tied "
-        "embeddings counted once); each run's results.json records its own count.",
+        "The LSTM's width is xfmr's choice: its run sets `model.target_params` to the "
+        "decoder's parameters, and xfmr builds the LSTM at the run's vocabulary of "
+        f"{matching.vocab_size} characters at the width whose parameter count is nearest "
+        "(tied embeddings counted once; within 2%, or it refuses), and says so:"
+        f"\n\n    {matching.line()}\n\n"
+        "Both are counted again here by building them; each run's results.json records its "
+        "own count.",
         markdown_table(header, counted),
         "The commands, less where the runs go:\n\n" + "\n".join(commands),
         "Every setting of the two runs' resolved configs that differs (seed and paths aside); "

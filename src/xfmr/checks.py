@@ -29,6 +29,7 @@ from xfmr.nn.config import (
     differences,
     fine_tune_keys,
     resume_keys,
+    width_step,
 )
 from xfmr.objectives.registry import (
     ObjectiveFacts,
@@ -66,7 +67,13 @@ def check_config(cfg: DictConfig) -> None:
         check_parts(model)
         check_positions(cfg, model)
         check_resume(cfg, model)
-        check_init_model(cfg.get("init_from"), model)
+        check_init_model(cfg, model)
+    elif model.target_params is not None:
+        raise UserError(
+            f"model.target_params={model.target_params} cannot size a model loaded with "
+            f"init_from={cfg.init_from}: its checkpoint decides the size; leave "
+            "model.target_params null"
+        )
     check_tokenizer(cfg)
     check_masking(cfg)
     check_data(cfg)
@@ -99,8 +106,14 @@ def check_init_from(init_from: str | None) -> None:
 
 
 def model_config(cfg: DictConfig, *, vocab_size: int) -> ModelConfig:
-    """The model's dataclass from the `model` section; its errors become UserErrors."""
+    """The model's dataclass from the `model` section; its errors become UserErrors. With
+    `model.target_params`, the run chooses the width once the vocabulary is known
+    (`xfmr.nn.sizing`); until then the width checked is d_model rounded up to one it may
+    choose, so that a d_model the run will not use is not refused."""
     model = model_section(cfg)
+    if model.get("target_params") is not None and isinstance(model.get("d_model"), int):
+        step = width_step(model)
+        model["d_model"] = max(step, -(-model["d_model"] // step) * step)
     try:
         return ModelConfig.from_settings(model, vocab_size=vocab_size)
     except (TypeError, ValueError) as e:
@@ -455,7 +468,7 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
     last = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
     if not last.exists():  # a file, or a folder of shards (trainer=fsdp)
         return
-    differs = differences(saved, model, ignore=resume_keys())
+    differs = differences(saved, at_width_of(cfg, model, saved), ignore=resume_keys())
     if differs:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
@@ -465,11 +478,12 @@ def check_resume(cfg: DictConfig, model: ModelConfig) -> None:
         )
 
 
-def check_init_model(init_from: str | None, model: ModelConfig) -> None:
+def check_init_model(cfg: DictConfig, model: ModelConfig) -> None:
     """`init_from` an xfmr run (its directory, a .ckpt in it, or an xfmr-export .safetensors):
     the weights were trained as a model the config must describe, key for key, except what
     fine-tuning may change. Read without torch; a source that cannot be read is left to the run,
     which names what is missing."""
+    init_from = cfg.get("init_from")
     if not init_from:
         return
     trained = _trained_model(Path(str(init_from)).expanduser())
@@ -477,13 +491,27 @@ def check_init_model(init_from: str | None, model: ModelConfig) -> None:
         return
     # What a fine-tune may change (regularisation, depth, vocabulary, segments, a table's size)
     # is declared on the model's fields; every other key changes what a loaded tensor computes.
-    differs = differences(trained, model, ignore=fine_tune_keys())
+    differs = differences(trained, at_width_of(cfg, model, trained), ignore=fine_tune_keys())
     if differs:
         detail = ", ".join(f"model.{k}: trained {a!r} vs config {b!r}" for k, a, b in differs)
         raise UserError(
             f"init_from={str(init_from)!r} was trained as another model ({detail}): set these "
             "as it was trained, or start without init_from"
         )
+
+
+def at_width_of(cfg: DictConfig, model: ModelConfig, other: ModelConfig) -> ModelConfig:
+    """`model`, whose width the run chooses (`model.target_params`), at the width `other` was
+    built with: the width is not the config's to differ in. The run compares the model it
+    chooses with the checkpoint again, once the vocabulary is known."""
+    if model.target_params is None:
+        return model
+    try:
+        return ModelConfig.from_settings(
+            {**model_section(cfg), "d_model": other.d_model}, vocab_size=model.vocab_size
+        )
+    except ValueError:  # a width this config cannot take: it differs, as `model` says
+        return model
 
 
 def _trained_model(source: Path) -> ModelConfig | None:

@@ -86,12 +86,14 @@ def test_fine_tune_keys_are_declared_on_the_fields() -> None:
         "type_vocab_size",
         "pos.max_positions",
         "activation_checkpointing",
+        "target_params",
     }
 
 
 def test_resume_keys_are_declared_on_the_fields() -> None:
-    """Only what changes how a model computes, not its parameters or its outputs."""
-    assert resume_keys() == {"activation_checkpointing"}
+    """Only what changes how a model computes, not its parameters or its outputs, and how its
+    width is chosen (the width chosen is compared itself)."""
+    assert resume_keys() == {"activation_checkpointing", "target_params"}
 
 
 @pytest.mark.parametrize(

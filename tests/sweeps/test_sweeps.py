@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.metadata import version
 from pathlib import Path
 
+import optuna
 import pytest
 
 from helpers import helpers_env
@@ -126,6 +128,7 @@ def test_search_prunes_unpromising_trials_after_warm_up(searched) -> None:
     _, sweep, _ = searched
     summary = _sweep_summary(sweep)
     assert summary["kind"] == "search" and len(summary["jobs"]) == 4
+    assert summary["versions"] == {"xfmr": version("xfmr"), "optuna": optuna.__version__}
     pruned = [job for job in summary["jobs"] if job["status"] == "pruned"]
     assert pruned, summary["counts"]
     for job in pruned:

@@ -64,7 +64,8 @@ class Key:
             that does not list the key exports its default only.
         choices: the valid values of a string key.
         resume: a resumed run may change it: it changes how the model computes, not its
-            parameters or what it computes (`resume_keys`).
+            parameters or what it computes, or how the width is chosen (`target_params`: the
+            width chosen is compared itself) (`resume_keys`).
     """
 
     doc: str
@@ -167,6 +168,14 @@ class ModelConfig:
     )
     n_heads: int = key(4, "attention heads", archs=TRANSFORMER_ARCHS, exports=True)
     d_model: int = key(128, "model width; the hidden size of an rnn", exports=True)
+    target_params: int | None = key(
+        None,
+        "null: d_model as given; else the run chooses d_model (the nearest width the other "
+        "keys allow) so that the model has this many parameters, within 2%",
+        fine_tune=True,
+        exports=True,
+        resume=True,
+    )
     d_ff: int | None = key(
         None,
         "feed-forward width; null: 4 * d_model (Vaswani et al. 2017, sec. 3.3)",
@@ -287,6 +296,10 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
                 f"choose n_heads among {divisors(self.d_model)}"
             )
+        if self.target_params is not None and self.target_params < 1:
+            raise ValueError(
+                f"target_params={self.target_params} must be a positive integer, or null"
+            )
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1)")
@@ -403,6 +416,21 @@ def differences(
         for k in [*a, *(k for k in b if k not in a)]
         if k not in ignore and a.get(k) != b.get(k) and not (same_arch and not ours.reads(k))
     ]
+
+
+def width_step(values: dict[str, Any]) -> int:
+    """Widths (`d_model`) the checks allow for the `model` section `values` are multiples of
+    this: of n_heads in a transformer, of 2 n_heads where rotary positions rotate channel pairs
+    within a head; an RNN's hidden size has no heads to divide."""
+    arch = values.get("arch", default_of("arch"))
+    if arch not in TRANSFORMER_ARCHS:
+        return 1
+    pos = values.get("pos") or {}
+    rotates = pos.get("name", default_of("pos.name")) == "rotary" and not pos.get(TARGET)
+    heads = values.get("n_heads", default_of("n_heads"))
+    if not isinstance(heads, int) or heads < 1:
+        return 1  # ModelConfig names the bad value
+    return heads * (2 if rotates else 1)
 
 
 def arch_only_keys() -> dict[str, tuple[str, ...]]:

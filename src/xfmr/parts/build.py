@@ -8,24 +8,29 @@ run plans from its directory and checkpoint (`plan_finished`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from xfmr.checks import model_config as config_model
+from xfmr.checks import model_section
 from xfmr.data.order import CountedCollate
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig
+from xfmr.nn.sizing import sized
 from xfmr.objectives.contract import Objective
 from xfmr.parts.labels import run_labels, trained_labels
 from xfmr.parts.tokenizer import prepare_tokenizer
 from xfmr.parts.transfer import InitSource, init_source, pretrained_model_config
-from xfmr.run_dir.files import TOKENIZER_FILE
+from xfmr.run_dir.files import CONFIG_FILE, TOKENIZER_FILE
 from xfmr.text.tokenizers import TextTokenizer
+
+log = logging.getLogger("xfmr")
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,11 @@ class Plan:
         init: the weights a new run starts from (`init_from`), or None.
         model_config: the model's shape where the config does not decide it: the finished
             run's checkpoint, or init_from's Hugging Face checkpoint; None: the config's
-            `model` and `pos` sections, with the tokenizer's vocabulary.
+            `model` section, with the tokenizer's vocabulary (and, with
+            `model.target_params`, the width that gives that many parameters).
+        kept_width: the width a run resumed in `run_dir` chose for `model.target_params`,
+            kept while it still gives that many parameters (another version of xfmr, or a
+            changed config, must not resume a checkpoint as another shape).
     """
 
     config: DictConfig
@@ -48,6 +57,7 @@ class Plan:
     finished: bool
     init: InitSource | None = None
     model_config: ModelConfig | None = None
+    kept_width: int | None = None
 
 
 @dataclass
@@ -70,7 +80,22 @@ def plan_training(cfg: DictConfig, run_dir: Path) -> Plan:
     model_config = None
     if source is not None and source.kind == "hf":
         model_config = pretrained_model_config(cfg, source.path)
-    return Plan(config=cfg, run_dir=run_dir, finished=False, init=source, model_config=model_config)
+    return Plan(
+        config=cfg,
+        run_dir=run_dir,
+        finished=False,
+        init=source,
+        model_config=model_config,
+        kept_width=_saved_width(cfg, run_dir),
+    )
+
+
+def _saved_width(cfg: DictConfig, run_dir: Path) -> int | None:
+    """The width the run in `run_dir` was given for `model.target_params`, if both ask for one."""
+    if cfg.model.get("target_params") is None or not (run_dir / CONFIG_FILE).is_file():
+        return None
+    saved = OmegaConf.load(run_dir / CONFIG_FILE).get("model") or {}
+    return saved.get("d_model") if saved.get("target_params") is not None else None
 
 
 def plan_finished(config: DictConfig, run_dir: Path, checkpoint: dict[str, Any]) -> Plan:
@@ -96,7 +121,9 @@ def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool =
     if datamodule is not None:
         # Each batch with its loss terms' counts (what gradient accumulation divides by).
         datamodule.attach(tokenizer, CountedCollate(objective.collate, objective.counts))
-    model_config = plan.model_config or config_model(plan.config, vocab_size=tokenizer.vocab_size)
+    model_config = plan.model_config or _model_config(
+        plan, tokenizer.vocab_size, objective, announce=not is_worker
+    )
     if (
         plan.init is not None
         and plan.init.kind == "hf"
@@ -108,6 +135,25 @@ def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool =
         )
     model = objective.build_model(model_config)
     return Parts(tokenizer, objective, datamodule, model_config, model)
+
+
+def _model_config(
+    plan: Plan, vocab_size: int, objective: Objective, *, announce: bool
+) -> ModelConfig:
+    """The config's model at the tokenizer's vocabulary; with `model.target_params`, at the
+    width that gives that many parameters (`xfmr.nn.sizing`), said in one line."""
+    settings = model_section(plan.config)
+    if settings.get("target_params") is None:
+        return config_model(plan.config, vocab_size=vocab_size)
+    try:
+        found = sized(
+            settings, vocab_size=vocab_size, build=objective.build_model, keep=plan.kept_width
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if announce:
+        log.info(found.line())
+    return found.config
 
 
 def data_module(data: DictConfig, labels: list[str] | None = None) -> Any:

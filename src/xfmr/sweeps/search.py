@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ SAMPLERS = {
     "cmaes": "CmaEsSampler",
     "qmc": "QMCSampler",
 }
+# What xfmr asks of a sampler where Optuna's default changed between major versions, so that
+# a search proposes the same trials under Optuna 4 and 5 (`hydra.sweeper.sampler_args` still
+# overrides each): TPE models the parameters jointly (Bergstra et al. 2013's independent TPE
+# ignores how, say, the learning rate and the warm-up interact), and parallel workers see each
+# other's running trials as already scored (a constant liar), so they do not propose the same
+# point. Both are Optuna 5's defaults, and were Optuna 4's experimental options.
+SAMPLER_DEFAULTS = {"tpe": {"multivariate": True, "constant_liar": True}}
 PRUNERS = {
     "median": "MedianPruner",
     "percentile": "PercentilePruner",
@@ -124,13 +132,16 @@ def build_sampler(name: str, args: dict[str, Any], params: list[Param], *, seed_
             f"hydra.sweeper.sampler={name!r} is not a sampler; valid: {', '.join(SAMPLERS)}"
         )
     kind = getattr(optuna.samplers, SAMPLERS[name])
+    args = {**SAMPLER_DEFAULTS.get(name, {}), **args}
     kwargs = applicable(kind, args, f"hydra.sweeper.sampler={name}")
     if kwargs.get("seed") is not None:
         kwargs["seed"] = int(kwargs["seed"]) + seed_offset
     if name == "grid":
         kwargs["search_space"] = grid_space(params)
     try:
-        return kind(**kwargs)
+        with warnings.catch_warnings():  # Optuna 4 calls SAMPLER_DEFAULTS' options experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return kind(**kwargs)
     except (TypeError, ValueError) as e:
         raise UserError(f"hydra.sweeper.sampler_args: {e}") from None
 

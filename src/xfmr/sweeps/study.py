@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from xfmr.errors import UserError
 from xfmr.sweeps.jobs import JobOutcome
 from xfmr.sweeps.runner import JobRunner
 from xfmr.sweeps.search import Param, build_pruner, build_sampler, open_storage
@@ -21,6 +22,7 @@ from xfmr.sweeps.search import Param, build_pruner, build_sampler, open_storage
 log = logging.getLogger("xfmr")
 
 INTERRUPTED = "interrupted"  # user attr of a trial whose sweep was killed under it
+VERSIONS = "versions"  # user attr of a study: the xfmr and Optuna that started it
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,57 @@ def open_study(settings: SearchSettings, params: list[Param]):
         pruner=build_pruner(settings.pruner, settings.pruner_args),
         load_if_exists=True,
     )
+    check_versions(study, settings.storage)
     study.sampler = build_sampler(
         settings.sampler, settings.sampler_args, params, seed_offset=len(study.trials)
     )
     return study
+
+
+def versions(*, search: bool = True) -> dict[str, str]:
+    """The xfmr (as installed) and, for a search, the Optuna running this sweep (sweep.json
+    and a search's study record them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = {"xfmr": version("xfmr")}
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        found = {"xfmr": "unknown"}
+    if search:
+        import optuna
+
+        found["optuna"] = optuna.__version__
+    return found
+
+
+def check_versions(study: Any, storage: str) -> None:
+    """A study continued under another major version of Optuna than the one that started it
+    is refused: a major version may change a sampler's defaults and the storage's format
+    (Optuna 5 made TPE multivariate, with a constant liar), and a search whose trials two
+    samplers proposed is not one search. A study started before xfmr recorded versions is
+    continued with one warning, and records the versions from then on."""
+    now = versions()
+    started = study.user_attrs.get(VERSIONS)
+    if started is None:
+        if study.trials:
+            log.warning(
+                "search %s: its study records no Optuna version (started by an older xfmr); "
+                "continued under Optuna %s",
+                study.study_name,
+                now["optuna"],
+            )
+        study.set_user_attr(VERSIONS, now)
+        return
+    if _major(started["optuna"]) != _major(now["optuna"]):
+        raise UserError(
+            f"{storage} holds a search started under Optuna {started['optuna']}, and this is "
+            f"Optuna {now['optuna']}: continue it with optuna=={started['optuna']} installed, "
+            "or start a new search with another hydra.sweep.dir"
+        )
+
+
+def _major(version: str) -> str:
+    return version.split(".")[0]
 
 
 def requeue_interrupted(study: Any) -> None:

@@ -18,7 +18,7 @@ from xfmr.sweeps.names import sweep_name
 from xfmr.sweeps.runner import JobRunner, run_grid
 from xfmr.sweeps.search import search_space, storage_spec
 from xfmr.sweeps.stores import check_shared_stores
-from xfmr.sweeps.study import Search, SearchSettings
+from xfmr.sweeps.study import Search, SearchSettings, versions
 from xfmr.sweeps.summary import failed_too_often, report, summarize, write_summary
 
 log = logging.getLogger("xfmr")
@@ -47,7 +47,8 @@ def run_sweep(
         if sweeper.sampler:
             outcomes, extra, kind = _search(sweeper, config, runner, overrides, sweep_dir)
         else:
-            outcomes, extra, kind = _grid(sweeper, runner, overrides), {}, "grid"
+            outcomes, kind = _grid(sweeper, runner, overrides), "grid"
+            extra = {"versions": versions(search=False)}
     finally:
         end_of_jobs()
     summary = summarize(outcomes, kind=kind, metric=metric, direction=direction, extra=extra)
@@ -156,7 +157,7 @@ def _search(
     )
     search = Search(runner, settings, params, fixed)
     search.run()
-    extra = {"study_name": settings.study_name, "storage": settings.storage}
+    extra = {"study_name": settings.study_name, "storage": settings.storage, "versions": versions()}
     return search.outcomes(), extra, "search"
 
 

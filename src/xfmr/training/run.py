@@ -77,6 +77,8 @@ def run_training(
     writes = not is_worker and is_global_rank_zero()
     parts = build_parts(plan, data=cfg.data, is_worker=not writes)
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, parts.model_config.to_dict())
+    if cfg.model.get("target_params") is not None:  # config.yaml records the width chosen
+        cfg.model.d_model = parts.model_config.d_model
     if writes:
         save_config(cfg, run_dir, ckpt_path)
     nonfinite = NonFiniteGuard(max_skips=int(cfg.nonfinite.max_skips))
