@@ -365,3 +365,30 @@ def test_xfmr_eval_s_loss_is_the_whole_split_s_per_term() -> None:
     assert report["loss"] == pytest.approx(want, rel=1e-5)
     assert report["targets"] == int(counts["mlm"])
     assert report["terms"]["nsp"]["targets"] == ROWS
+
+
+def test_the_run_summary_times_and_counts_optimizer_steps_not_micro_batches() -> None:
+    """Under accumulation a step is all of its micro-batches: ms_per_step, tokens_per_step
+    (and tokens/s, their ratio) are the optimizer step's, as without accumulation."""
+    from types import SimpleNamespace
+
+    from xfmr.training.callbacks import RunSummary
+
+    micro = {"batch": 0}  # two micro-batches a step: the first of each accumulates
+    loop = SimpleNamespace(
+        _should_accumulate=lambda: micro["batch"] % 2 == 0, _batches_that_stepped=0
+    )
+    trainer = SimpleNamespace(
+        world_size=1,
+        max_steps=0,
+        fit_loop=SimpleNamespace(epoch_loop=loop),
+        _logger_connector=SimpleNamespace(should_update_logs=False),
+    )
+    summary = RunSummary(peak_tflops=None, cache_dir=None)
+    batch = {"input_ids": torch.zeros(4, 16, dtype=torch.long)}
+    for index in range(6):  # three steps
+        micro["batch"] = index
+        summary.on_train_batch_end(trainer, None, None, batch, index)
+    assert summary.tokens_per_step == 2 * 4 * 16
+    assert summary._window_steps == 2  # steps 2 and 3; the window opens at step 1's end
+    assert summary._window_tokens == 2 * 2 * 4 * 16

@@ -84,7 +84,8 @@ class RunSummary(L.Callback):
         self.peak: Peak | None = None
         self.cache_dir = cache_dir
         self.windows: list[tuple[float, int]] = []  # (ms per step, steps) of each window
-        self.tokens_per_step = 0
+        self.tokens_per_step = 0  # of the last optimizer step, all its micro-batches
+        self._step_tokens = 0  # of the optimizer step under way
         self.flops_per_token: float | None = None
         self.shown: dict[str, float] = {}  # the last window's tok/s and mfu, for the bar
         self.best: dict[str, Any] = {}
@@ -106,13 +107,17 @@ class RunSummary(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
     ) -> None:
         tokens = int(batch["input_ids"].numel()) * trainer.world_size  # shapes: no device read
-        self.tokens_per_step = tokens
         self._count(batch, tokens)
+        self._step_tokens += tokens
+        if trainer.fit_loop.epoch_loop._should_accumulate():
+            return  # a micro-batch of gradient accumulation: the step ends with a later one
+        # Steps, and their tokens, are optimizer steps: all of a step's micro-batches.
+        self.tokens_per_step, self._step_tokens = self._step_tokens, 0
         if self._window_start is None:
             self._window_start = time.perf_counter()
             return
         self._window_steps += 1
-        self._window_tokens += tokens
+        self._window_tokens += self.tokens_per_step
         if not is_logging_step(trainer):
             return
         if self._flops is not None:
