@@ -228,7 +228,8 @@ def equal_steps(page: Page, runs: list[Any]) -> Any:
         f"steps, on {config.data.val_batches} batches of windows spread evenly over the "
         "validation split, the same for every run), per "
         "architecture: mean, 95% t interval over seeds, and the LSTM's difference to the "
-        "decoder with Welch's interval and p-value "
+        "decoder with its interval and p-value (the paired t-test over the seeds both ran, "
+        "Welch's where they do not pair) "
         "(`xfmr-compare RUNS --group-by arch --baseline arch=decoder`).",
         compared_table(frame, ["arch"]),
     )

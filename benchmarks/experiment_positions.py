@@ -75,7 +75,8 @@ def comparison(page: Page, runs: list[Any]) -> Any:
         "Final validation loss of each run (validated every 10th of the run, on 50 batches of windows "
         "spread evenly over the validation split, the same for every run), per scheme: mean, "
         "95% t interval over seeds, and the difference to learned positions with its interval "
-        "and Welch's t-test p-value, Holm-corrected over the five comparisons "
+        "and t-test p-value (paired over the seeds both ran, else Welch's), Holm-corrected "
+        "over the five comparisons "
         "(`xfmr-compare RUNS --group-by pos --baseline pos=learned`).",
         compared_table(frame, ["pos"], timing=False),  # the question is loss, not speed
     )

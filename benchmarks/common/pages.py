@@ -154,7 +154,8 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> str:
     """`xfmr.compare`'s grouped DataFrame, narrowed to what a reader of the page needs: the
     setting, n, the final metric's mean with its 95% t interval and, with a baseline, the
-    difference to it with Welch's interval and the Holm-corrected p-value."""
+    difference to it with its interval, the test that gave it (paired over shared seeds, else
+    Welch's: `xfmr.runs.compare.baseline`) and the Holm-corrected p-value."""
     columns = list(frame.columns)
 
     def named(start: str, end: str = "") -> str | None:
@@ -164,7 +165,7 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
     header = [*keys, "n", f"{mean.removesuffix(' mean')} (95% t interval)"]
     has_baseline = "Δ vs baseline" in columns
     if has_baseline:
-        header += ["Δ vs baseline (95% Welch interval)", "p (Holm)", "significant"]
+        header += ["Δ vs baseline (95% interval)", "test", "p (Holm)", "significant"]
     header += ["ms/step", "params", "note"] if timing else ["params", "note"]
     rows = []
     for record in frame.to_dict("records"):
@@ -173,7 +174,8 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
         if has_baseline:
             delta = interval(record["Δ vs baseline"], record[named("Δ", "low")],
                               record[named("Δ", "high")], signed=True)  # fmt: skip
-            row += [delta, _number(record["p (Holm)"]), record["significant"]]
+            test = record.get("test") or "-"
+            row += [delta, test, _number(record["p (Holm)"]), record["significant"]]
         if timing:
             row.append(_number(record.get("ms/step"), ".1f"))
         row += [record.get("params"), record.get("note")]
