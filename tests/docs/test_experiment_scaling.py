@@ -75,7 +75,7 @@ def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
     # The power law per scheme is numpy's line through (log C, log L) of every run, its
     # interval scipy's; the difference of exponents uses the two slopes' standard errors.
     [laws] = tables(page, "pos")
-    lines = {}
+    lines, p_values = {}, []
     for row, pos in zip(laws, SCHEMES, strict=True):
         own = [r for size in SIZES for r in of[(pos, size)]]
         x = np.log([compute(r) for r in own])
@@ -90,7 +90,7 @@ def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
         assert float(row[2].split()[0]) == pytest.approx(math.exp(intercept), rel=5e-3)
         assert float(row[4]) == pytest.approx(line.rvalue**2, abs=1e-3)
         if pos == "learned":
-            assert row[5:] == ["-", "-"]
+            assert row[5:] == ["-", "-", "-"]
             continue
         var, base = line.stderr**2, lines["learned"].stderr ** 2
         df = (var + base) ** 2 / (var**2 / (len(own) - 2) + base**2 / (len(own) - 2))
@@ -100,10 +100,14 @@ def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
         assert float(row[6]) == pytest.approx(
             2 * stats.t.sf(abs(delta) / math.sqrt(var + base), df), rel=5e-3
         )
+        p_values.append((float(row[6]), float(row[7])))
         shown = delta - half <= 0 <= delta + half
         verdict = f"whether {pos}'s gap to learned grows or shrinks with compute is not shown"
         assert (verdict in page) == shown, page
         assert (f"{pos}'s loss falls faster" in page) == (not shown and delta > 0), page
+    (low, low_holm), (high, high_holm) = sorted(p_values)  # Holm over the two comparisons
+    assert low_holm == pytest.approx(min(1, 2 * low), rel=5e-3)
+    assert high_holm == pytest.approx(max(min(1, 2 * low), high), rel=5e-3)
     assert is_png(tmp_path / "page" / "scaling" / "loss_by_compute.png")
     assert "](scaling/loss_by_compute.png)" in page
 
