@@ -6,6 +6,8 @@
     table.py    the rows: one per run, or one per setting with mean, std and interval over its
                 runs, and each setting's difference to a baseline
     stats.py    the 95% t interval of a mean, Welch's difference and test, Holm's correction (scipy)
+    scaling.py  loss against training compute: a power law fitted in log-log with the intervals
+                of its exponent, and the difference of two laws' exponents (scipy)
     importance.py  which swept parameters mattered: fANOVA and PED-ANOVA (Optuna's evaluators)
     formats.py  a table printed as rich, csv, json or markdown
     figures.py  the metric's curves, a colour per setting (mean, band, runs faint), as data and
