@@ -174,7 +174,8 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
         if has_baseline:
             delta = interval(record["Δ vs baseline"], record[named("Δ", "low")],
                               record[named("Δ", "high")], signed=True)  # fmt: skip
-            test = record.get("test") or "-"
+            test = record.get("test")
+            test = test if isinstance(test, str) else "-"  # the baseline's: none (NaN)
             row += [delta, test, _number(record["p (Holm)"]), record["significant"]]
         if timing:
             row.append(_number(record.get("ms/step"), ".1f"))

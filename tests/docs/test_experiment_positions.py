@@ -24,13 +24,14 @@ def test_the_positions_page_is_written_from_its_runs(tmp_path: Path) -> None:
     assert "Quick mode" in page and "## Machine and time" in page
     compared, lengths = tables(page, "pos")
     assert {row[0] for row in compared} == SCHEMES and len(compared) == 6
-    for pos, n, loss, delta, p_holm, significant, *_ in compared:
+    for pos, n, loss, delta, test, p_holm, significant, *_ in compared:
         assert n == "2", (pos, n)
         mean, low, high = (float(x) for x in re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", loss).groups())
         assert low < mean < high and 0 < mean < math.log(30), loss
         if pos == "learned":
-            assert (delta, p_holm, significant) == ("-", "-", "baseline")
-        else:
+            assert (delta, test, p_holm, significant) == ("-", "-", "-", "baseline")
+        else:  # every scheme ran the seeds learned ran: paired
+            assert test == "paired (n=2)", (pos, test)
             assert 0 <= float(p_holm) <= 1 and significant in ("yes", "no"), (pos, p_holm)
 
     # 1x, 2x, 4x and the 4x split; learned positions run only at the length they trained on.

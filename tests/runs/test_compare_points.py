@@ -139,7 +139,7 @@ def test_a_bad_point_names_the_kinds(spec: str) -> None:
 
 
 def test_at_tokens_with_a_baseline_reads_every_run_at_that_point(sweep: Path) -> None:
-    """The means, intervals and Welch test are those of the values at the point, the runs that
+    """The means, intervals and t-test are those of the values at the point, the runs that
     never got there (or never counted tokens) named below the table with how far they got."""
     x = 250 * TOKENS_PER_STEP  # between the second and third validations
     table = as_json([sweep, "--at", f"tokens={x:g}", "--baseline", "size=small"], sweep.parent)
@@ -156,8 +156,10 @@ def test_at_tokens_with_a_baseline_reads_every_run_at_that_point(sweep: Path) ->
     for size, values in at_point.items():
         assert rows[size][f"{column} mean"] == pytest.approx(np.mean(values))
         assert rows[size][f"{column} std"] == pytest.approx(np.std(values, ddof=1))
+    # The baseline's seed whose run never got there leaves no pair: Welch's test.
+    assert rows["big"]["test"] == "Welch"
     welch = stats.ttest_ind(at_point["big"], at_point["small"], equal_var=False)
-    assert rows["big"]["p (Welch)"] == pytest.approx(welch.pvalue)
+    assert rows["big"]["p (t-test)"] == pytest.approx(welch.pvalue)
     assert rows["big"]["Δ vs baseline"] == pytest.approx(
         np.mean(at_point["big"]) - np.mean(at_point["small"])
     )

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import RESULTS_FILE
 from xfmr.runs.compare.runs import AXES, Run
 
 AXIS_TITLES = {
@@ -110,7 +111,7 @@ def shortfall(run: Run, metric: str, point: Point) -> str | None:
         return f"no {metric} in its history" + (f" ({run.status})" if run.status else "")
     points = history_points(run, metric, point.axis)
     if not points:
-        return f"no {point.field} in its history (written before results.json counted it)"
+        return f"no {point.field} in its history (written before {RESULTS_FILE} counted it)"
     (first, _), (last, _) = points[0], points[-1]
     if point.value < first:
         return f"validated first at {point.axis}={short(first)}"

@@ -99,9 +99,10 @@ def exponent_difference(fit: PowerLaw, other: PowerLaw) -> Difference:
     var, other_var = fit.b_stderr**2, other.b_stderr**2
     stderr = math.sqrt(var + other_var)
     if stderr == 0:  # two exact laws: no spread to test against
-        return Difference(delta=delta, low=delta, high=delta, p_value=math.nan)
+        return Difference(delta, delta, delta, math.nan, effect_size=math.nan, spread=math.nan)
     df = (var + other_var) ** 2 / (var**2 / fit.df + other_var**2 / other.df)
     t = float(stats.t.ppf((1 + CONFIDENCE) / 2, df))
     p_value = float(2 * stats.t.sf(abs(delta) / stderr, df))
+    # No effect size: the exponents' difference is already on the scale it is read on.
     return Difference(delta=delta, low=delta - t * stderr, high=delta + t * stderr,
-                      p_value=p_value)  # fmt: skip
+                      p_value=p_value, effect_size=math.nan, spread=stderr)  # fmt: skip
