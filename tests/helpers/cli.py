@@ -54,3 +54,17 @@ def run_cli(
         stdin=subprocess.DEVNULL,
     )
     return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def compare_cli(args: list, cwd: Path) -> Completed:
+    """`xfmr-compare *args` (paths and other arguments as strings)."""
+    return run_cli([str(a) for a in args], cwd, timeout=120, module="xfmr.cli.compare")
+
+
+def compare_json(args: list, cwd: Path) -> dict:
+    """`xfmr-compare *args --format json`, which must succeed, read back."""
+    import json
+
+    result = compare_cli([*args, "--format", "json"], cwd)
+    assert result.returncode == 0, result.output
+    return json.loads(result.stdout)

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cli import Completed, run_cli
+from helpers.cli import compare_cli as compare
+from helpers.cli import compare_json as as_json
+from helpers.cli import run_cli
 from helpers.runs import CORPUS, TINY, read_results
 
 JOBS = ("0", "1", "2", "3")
@@ -55,16 +57,6 @@ def _results(sweep: Path, job: str) -> dict:
 
 def _pos(results: dict) -> str:
     return next(o.split("=", 1)[1] for o in results["overrides"] if o.startswith("pos="))
-
-
-def compare(args: list[str], cwd: Path) -> Completed:
-    return run_cli([str(a) for a in args], cwd, timeout=120, module="xfmr.cli.compare")
-
-
-def as_json(args: list[str], cwd: Path) -> dict:
-    result = compare([*args, "--format", "json"], cwd)
-    assert result.returncode == 0, result.output
-    return json.loads(result.stdout)
 
 
 def test_a_row_per_run_best_first_with_the_differing_overrides_as_columns(sweep: Path) -> None:

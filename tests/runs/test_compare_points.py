@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers.cli import run_cli
+from helpers.cli import compare_cli as compare
+from helpers.cli import compare_json as as_json
 from xfmr.errors import UserError
 from xfmr.runs.compare.points import Point, interpolate, parse_point, shortfall, value_at
 from xfmr.runs.compare.runs import AXES, Run
@@ -72,16 +73,6 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "overrides": ["size=small", "seed=4"],
     })  # fmt: skip
     return root
-
-
-def compare(args: list, cwd: Path):
-    return run_cli([str(a) for a in args], cwd, timeout=120, module="xfmr.cli.compare")
-
-
-def as_json(args: list, cwd: Path) -> dict:
-    result = compare([*args, "--format", "json"], cwd)
-    assert result.returncode == 0, result.output
-    return json.loads(result.stdout)
 
 
 def history_of(sweep: Path, job: int) -> list[dict]:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers.cli import run_cli
+from helpers.cli import compare_cli as compare
+from helpers.cli import compare_json as as_json
 
 BASELINE = "learned"
 # Three seeds a setting (1, 2, 3), so rotary and alibi pair with the baseline seed by seed;
@@ -59,16 +60,6 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
             job += 1
     write_run(root, job, ["pos=sinusoidal", "seed=2"], None, status="failed")
     return root
-
-
-def compare(args: list, cwd: Path):
-    return run_cli([str(a) for a in args], cwd, timeout=120, module="xfmr.cli.compare")
-
-
-def as_json(args: list, cwd: Path) -> dict:
-    result = compare([*args, "--format", "json"], cwd)
-    assert result.returncode == 0, result.output
-    return json.loads(result.stdout)
 
 
 def finals_of(sweep: Path, pos: str) -> list[float]:
