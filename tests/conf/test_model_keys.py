@@ -1,7 +1,7 @@
 """A model key is declared once, on ModelConfig's field; the tables that remain elsewhere derive
 from the fields or are held to them here: Hydra's schema, the arch groups (deltas on the
-defaults), export families, README's table, fine-tune and architecture rules, and the spelling
-of positions from before they moved under `model`."""
+defaults), export families, the docs' table of keys, fine-tune and architecture rules, and the
+spelling of positions from before they moved under `model`."""
 
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ def _override(text: str):
     return OverridesParser.create().parse_override(text)
 
 
-def test_readme_table_is_written_from_the_fields() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("<!-- model-keys: begin -->\n")[1].split("\n<!-- model-keys: end -->")[0]
-    assert block == keys_table(), "regenerate README's table with xfmr.nn.config.keys_table()"
+def test_the_docs_table_is_written_from_the_fields() -> None:
+    page = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
+    block = page.split("<!-- model-keys: begin -->\n")[1].split("\n<!-- model-keys: end -->")[0]
+    assert block == keys_table(), (
+        "regenerate the table in docs/architectures.md with xfmr.nn.config.keys_table()"
+    )
 
 
 def test_hydras_schema_is_the_dataclass() -> None:

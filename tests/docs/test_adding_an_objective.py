@@ -1,11 +1,12 @@
-"""README's "Adding an objective", run as written: the Python file and the config file are taken
-from README.md, put in a folder of their own outside the package, and used through the real
-command lines. If the example stops working, or stops being what README shows, this fails."""
+"""docs/objectives.md's "Adding an objective", run as written: the Python file and the config
+file are taken from the page's blocks, put in a folder of their own outside the package, and used
+through the page's own command line. If the example stops working, or stops being what the page
+shows, this fails."""
 
 from __future__ import annotations
 
 import os
-import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,28 +15,32 @@ import pytest
 
 from helpers import ROOT
 from helpers.cli import run_cli
+from helpers.docs import block
 from helpers.runs import TINY, read_results
 
-README = ROOT / "README.md"
-FILES = ("my_objectives/smoothed_clm.py", "my_configs/objective/smoothed_clm.yaml")
+# The page's blocks: the path each is shown under, and its id.
+FILES = {
+    "my_objectives/smoothed_clm.py": "smoothed-clm-py",
+    "my_configs/objective/smoothed_clm.yaml": "smoothed-clm-yaml",
+}
 
 
-def readme_files() -> dict[str, str]:
-    """Each file README shows as "`PATH`:" followed by a fenced block: PATH -> its text."""
-    text = README.read_text(encoding="utf-8")
-    found = dict(re.findall(r"^`([\w/.]+)`:\n\n```\w*\n(.*?)^```", text, flags=re.M | re.S))
-    missing = [name for name in FILES if name not in found]
-    assert not missing, f"README.md no longer shows {missing}"
-    return {name: found[name] for name in FILES}
+def page_command() -> list[str]:
+    """The page's command line, after its `PYTHONPATH=.`: xfmr-train's arguments."""
+    words = shlex.split(block("smoothed-clm-command"))
+    assert words[:2] == ["PYTHONPATH=.", "xfmr-train"], words
+    return words[2:]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A user's folder with README's objective and its config, and nothing else of xfmr's."""
-    for name, text in readme_files().items():
+    """A user's folder with the page's objective and its config, and nothing else of xfmr's."""
+    page = (ROOT / "docs" / "objectives.md").read_text(encoding="utf-8")
+    for name, block_id in FILES.items():
+        assert f"`{name}`:\n\n```{name.rsplit('.', 1)[1]} run={block_id}\n" in page, name
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_text(block(block_id), encoding="utf-8")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat. the dog sat on the log.\n" * 40)
     return tmp_path
 
@@ -47,9 +52,7 @@ def _env(project: Path) -> dict[str, str]:
 
 def _train(project: Path, *extra: str):
     args = [
-        "--config-dir",
-        str(project / "my_configs"),
-        "objective=smoothed_clm",
+        *page_command(),  # --config-dir my_configs objective=smoothed_clm, run from `project`
         *TINY,
         "data=text",
         f"data.path={project / 'corpus.txt'}",
@@ -58,7 +61,7 @@ def _train(project: Path, *extra: str):
     return run_cli(args, project, env=_env(project))
 
 
-def test_the_readme_objective_trains_and_generates(project: Path) -> None:
+def test_the_pages_objective_trains_and_generates(project: Path) -> None:
     run_dir = project / "run"
     steps = ["trainer.max_steps=40", "trainer.val_check_interval=10", "optim.lr=3e-3"]
     result = _train(project, f"hydra.run.dir={run_dir}", *steps)

@@ -573,32 +573,22 @@ def test_the_cli_refuses_a_taken_folder_and_a_bad_format(
         assert message in capsys.readouterr().err
 
 
-# --- README ----------------------------------------------------------------------------------
+# --- docs/huggingface.md -----------------------------------------------------------------------
 
 
-def _readme_sharing() -> tuple[list[str], str]:
-    """README's "Sharing a model": its xfmr-export commands and its Python block."""
-    import re
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Sharing a model") :]
-    section = section[: section.index("\n## ")]
-    commands = re.findall(r"^    (xfmr-export [^#\n]*?)\s*(?:#.*)?$", section, flags=re.M)
-    python = re.search(r"```python\n(.*?)```", section, flags=re.S)
-    assert commands and python, "README.md no longer shows the export commands and Python"
-    return commands, python.group(1)
-
-
-def test_readme_commands_export_and_its_python_loads(exported, tmp_path: Path) -> None:
-    """README's GPT-2 command, run by the real CLI, writes the folder its five lines of Python
-    load with transformers alone; it shows one command per family."""
+def test_the_pages_commands_export_and_its_python_loads(exported, tmp_path: Path) -> None:
+    """docs/huggingface.md's GPT-2 command, run by the real CLI, writes the folder its five lines
+    of Python load with transformers alone; it shows one command per family."""
     import contextlib
     import io
+    import re
     import shlex
 
     from helpers.cli import run_cli
+    from helpers.docs import block
 
-    commands, python = _readme_sharing()
+    commands = re.findall(r"^(xfmr-export [^#\n]*?)\s*(?:#.*)?$", block("hf-export-commands"), re.M)
+    python = block("hf-load-python")
     section = "\n".join(commands)
     assert all(f"run_dir={k}_RUN" in section for k in ("GPT", "LLAMA", "BERT", "T5")), commands
     assert len(python.strip().splitlines()) <= 6  # an import line, a blank, then the lines
@@ -609,5 +599,5 @@ def test_readme_commands_export_and_its_python_loads(exported, tmp_path: Path) -
     assert "as GPT2LMHeadModel" in result.stdout
     printed = io.StringIO()
     with contextlib.chdir(tmp_path), contextlib.redirect_stdout(printed):
-        exec(compile(python, "README.md", "exec"), {})
+        exec(compile(python, "docs/huggingface.md", "exec"), {})
     assert printed.getvalue().startswith("the quick"), printed.getvalue()

@@ -1,17 +1,19 @@
-"""Parts of a model plugged in from a person's own configs (`xfmr.nn.parts`): README's "Adding a
-positional scheme" run as written, and an attention and a feed-forward of one's own built from
-`_target_`; and `model.qk_norm`, the key added to show what adding one takes."""
+"""Parts of a model plugged in from a person's own configs (`xfmr.nn.parts`):
+docs/architectures.md's "Adding a positional scheme" run as written (its files and its command
+line), and an attention and a feed-forward of one's own built from `_target_`; and
+`model.qk_norm`, the key added to show what adding one takes."""
 
 from __future__ import annotations
 
 import os
-import re
+import shlex
 from pathlib import Path
 
 import pytest
 import torch
 
 from helpers.cli import run_cli
+from helpers.docs import block
 from helpers.runs import TINY, read_results
 from xfmr.nn import build_model
 from xfmr.nn.attention import MultiHeadAttention
@@ -19,27 +21,31 @@ from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.norms import RMSNorm
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ("my_parts/learned_slopes.py", "my_configs/pos/learned_slopes.yaml")
+# The page's blocks: the path each is shown under, and its id.
+FILES = {
+    "my_parts/learned_slopes.py": "learned-slopes-py",
+    "my_configs/pos/learned_slopes.yaml": "learned-slopes-yaml",
+}
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A person's folder with README's scheme and its config, and nothing else of xfmr's."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = dict(re.findall(r"^`([\w/.]+)`:\n\n```\w*\n(.*?)^```", text, flags=re.M | re.S))
-    assert set(FILES) <= set(found), f"README.md no longer shows {FILES}"
-    for name in FILES:
+    """A person's folder with the page's scheme and its config, and nothing else of xfmr's."""
+    page = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
+    for name, block_id in FILES.items():
+        assert f"`{name}`:\n\n```{name.rsplit('.', 1)[1]} run={block_id}\n" in page, name
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(found[name], encoding="utf-8")
+        path.write_text(block(block_id), encoding="utf-8")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat. the dog sat on the log.\n" * 40)
     return tmp_path
 
 
 def _train(project: Path, *extra: str):
+    words = shlex.split(block("learned-slopes-command"))  # PYTHONPATH=. xfmr-train ARGS
+    assert words[:2] == ["PYTHONPATH=.", "xfmr-train"], words
     args = [
-        "--config-dir",
-        str(project / "my_configs"),
+        *words[2:],  # --config-dir my_configs pos=learned_slopes, run from `project`
         *TINY,
         "data=text",
         f"data.path={project / 'corpus.txt'}",
@@ -50,11 +56,9 @@ def _train(project: Path, *extra: str):
 
 
 @pytest.mark.slow
-def test_the_readme_scheme_trains_with_its_own_option(project: Path) -> None:
+def test_the_pages_scheme_trains_with_its_own_option(project: Path) -> None:
     run_dir = project / "run"
-    result = _train(
-        project, "pos=learned_slopes", "model.pos.scale=0.5", f"hydra.run.dir={run_dir}"
-    )
+    result = _train(project, "model.pos.scale=0.5", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.output
     assert read_results(run_dir)["status"] == "completed"
     config = (run_dir / "config.yaml").read_text()
