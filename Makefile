@@ -10,8 +10,14 @@ ARGS ?=
 PYTEST_ARGS ?=
 # The suite spread over every core; worksteal hands a long test's neighbours to an idle worker.
 XDIST ?= -n auto --dist worksteal
+# The documentation site (docs/conf.py): any warning fails it (-W, after reporting them all),
+# and so does any reference that does not resolve (-n): a broken link, a missing image, an
+# unknown name in the API reference.
+DOCS ?= docs
+SPHINXOPTS ?= -W --keep-going -n
+PORT ?= 8000
 
-.PHONY: install train test test-fast coverage bench clean
+.PHONY: install train test test-fast coverage bench docs docs-serve clean
 
 $(BIN)/.xfmr-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,5 +49,17 @@ coverage: install
 bench: install
 	$(BIN)/python benchmarks/nanogpt_shakespeare.py --data $(or $(DATA),../shared/data/tinyshakespeare/input.txt) $(ARGS)
 
+# The site in $(DOCS)/_build/html (open index.html). Every page read afresh (-E): Sphinx warns
+# of a page's faults only when it reads the page, so a second build would pass a broken link
+# in a page that did not change.
+docs: install
+	$(BIN)/sphinx-build $(SPHINXOPTS) -E -b html $(DOCS) $(DOCS)/_build/html
+
+# The site on http://127.0.0.1:$(PORT) (PORT=0: a free port, printed), rebuilt and reloaded in
+# the browser as a page or a docstring in src/ changes.
+docs-serve: install
+	$(BIN)/sphinx-autobuild $(SPHINXOPTS) --host 127.0.0.1 --port $(PORT) --watch src \
+		$(DOCS) $(DOCS)/_build/html
+
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .coverage .coverage.* coverage.txt
+	rm -rf $(VENV) .cache .pytest_cache .coverage .coverage.* coverage.txt $(DOCS)/_build

@@ -86,6 +86,7 @@ SLOW_MODULES = {
     "docs/test_adding_an_objective.py",
     "docs/test_python_blocks.py",
     "docs/test_quickstart_notebook.py",
+    "docs/test_site.py",
     "e2e/test_activation_memory.py",
     "e2e/test_e2e_families.py",
     "e2e/test_train_e2e.py",

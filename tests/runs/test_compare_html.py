@@ -5,41 +5,13 @@ coordinates. Skipped where chromium is missing, except in CI, which installs it.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-import pytest
-
+from helpers.browser import browse, chromium
 from helpers.cli import run_cli
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--enable-unsafe-swiftshader",  # software WebGL, which parallel coordinates draw with
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--virtual-time-budget=10000",  # let the page's scripts run before the DOM is read
-]
 SETTINGS = [("learned", 1), ("learned", 2), ("sinusoidal", 1), ("sinusoidal", 2)]
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or (CHROMIUM if os.access(CHROMIUM, os.X_OK) else None)
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail("chromium is missing; .ci/run installs it (apt-get install chromium)")
-    pytest.skip("chromium is not installed (apt-get install chromium)")
 
 
 def write_runs(root: Path) -> list[str]:
@@ -68,17 +40,6 @@ def write_runs(root: Path) -> list[str]:
     overrides = ["pos=learned", "seed=3", "trainer.max_steps=6"]
     (root / "4" / "results.json").write_text(json.dumps({**killed, "overrides": overrides}))
     return [f"runs/{job}" for job in range(5)]
-
-
-def browse(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
-    return subprocess.run(
-        [chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def element(dom: str, element_id: str, until: str | None = None) -> str:

@@ -21,8 +21,8 @@ def compare(
     """The table `xfmr-compare` prints for `runs`, as a DataFrame.
 
     Args:
-        *runs: run directories, sweep directories, directories of sweeps, or `xfmr.Run`s (one
-            by one or as one list).
+        *runs: run directories, sweep directories, directories of sweeps, or `xfmr.Run` objects
+            (one by one or as one list).
         metric: the metric to rank by (default: the runs' optimized_metric, else val/loss).
         mode: "min" or "max" (default: the sweep's direction, else min).
         group_by: the overrides that define a setting (default: every override that differs

@@ -45,6 +45,7 @@ class Experiment:
 
     @property
     def run_dir(self) -> Path:
+        """Where it trains, `config.paths.output_dir`."""
         return Path(str(self.config.paths.output_dir))
 
     def __repr__(self) -> str:

@@ -76,6 +76,7 @@ class Run:
 
     @property
     def overrides(self) -> list[str]:
+        """The overrides it was trained with, as results.json records them."""
         return list(self.results.get("overrides") or [])
 
     @property
@@ -175,8 +176,9 @@ class Run:
         **settings: Any,
     ) -> list[Any]:
         """`xfmr-attention`: every head's attention over `text` (an encoder-decoder: also over
-        its greedy output), as `AttentionMap`s with `.weights` (queries x keys), the tokens,
-        and `.figure()`, a heatmap a notebook shows. With `out`, also one PNG per map there.
+        its greedy output), as `AttentionMap` objects with `.weights` (queries x keys), the
+        tokens, and `.figure()`, a heatmap a notebook shows. With `out`, also one PNG per map
+        there.
         """
         from xfmr.runs.attention import attention_maps, save_heatmaps
 

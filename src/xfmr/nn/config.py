@@ -342,8 +342,8 @@ class ModelConfig:
 
     @property
     def sinusoid_scale(self) -> float:
-        """What the sinusoids are multiplied by before they join the token embeddings: the
-        scale the token embeddings start at, init_std (times sqrt(d_model) with embed_scale).
+        """The scale the token embeddings start at, init_std (times sqrt(d_model) with
+        embed_scale), which the sinusoids are multiplied by before they join them.
 
         Vaswani et al. 2017 (sec. 3.4, 3.5) add unit sinusoids to token embeddings that start
         near unit scale (drawn at d^-0.5 in tensor2tensor, then multiplied by sqrt(d_model)).

@@ -1,6 +1,6 @@
 """Parts of a transformer you plug in from your own configs, without editing xfmr: a positional
 scheme, a self-attention, a feed-forward. Each is a class named by `_target_` in a YAML file of
-your `--config-dir`, chosen like any group:
+your `--config-dir`, chosen like any group::
 
     my_configs/pos/NAME.yaml        # @package model.pos          xfmr-train pos=NAME
     my_configs/attention/NAME.yaml  # @package model.attention    xfmr-train attention=NAME

@@ -1,6 +1,6 @@
 """Positional schemes, one class each, registered by name in POSITIONS.
 
-Each scheme has a `kind` saying where it acts, and implements the one hook that matches it:
+Each scheme has a `kind` saying where it acts, and implements the one hook that matches it::
 
     absolute  `embed(x)`            adds a (T, C) signal to the token embeddings
     bias      `attention_bias(T)`   an additive (1, H, T, S) attention bias, computed once per
@@ -47,16 +47,19 @@ class PositionScheme(nn.Module):
     def embed(
         self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """absolute: the embeddings `x` (B, T, C) with the positional signal added."""
         return x
 
     def attention_bias(
         self, length: int, *, offset: int = 0, key_length: int | None = None
     ) -> torch.Tensor | None:
+        """bias: the additive attention bias, (1, H, T, S)."""
         return None
 
     def rotation(
         self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
     ) -> Rotation | None:
+        """rotary: (cos, sin), which rotate q and k in every attention layer."""
         return None
 
     def extend(self, length: int) -> None:

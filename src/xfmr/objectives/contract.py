@@ -6,7 +6,7 @@ the config group is the registry (`xfmr.objectives.registry`), and everything th
 uses a run talks to the objective through the methods below (README: "Adding an objective").
 
 The class body declares, as literals, since the config check reads them from the source
-without importing torch (`xfmr.declared`):
+without importing torch (`xfmr.declared`)::
 
     name        its config name (conf/objective/NAME.yaml)
     archs       the architectures it can train
@@ -136,6 +136,7 @@ class Objective:
         return {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
 
     def update_metrics(self, metrics: nn.ModuleDict, logits: torch.Tensor, batch: Batch) -> None:
+        """Feed one validation batch's logits to `metrics` (those `metrics` made)."""
         metrics["ppl"].update(logits.float(), batch["labels"])
 
     # --- using a trained run -------------------------------------------------------------------
