@@ -1,6 +1,6 @@
 """xfmr: a declarative, config-driven experiment framework for transformers.
 
-From Python (see README, "From Python"):
+From Python (see docs/python.md):
 
     import xfmr
 

@@ -4,9 +4,9 @@ Each field carries what the key is for (`Key`: a one-line doc with its paper, th
 that read it, whether a fine-tune may change it, whether every value exports to Hugging Face),
 and every other table derives from the fields: the keys an architecture ignores
 (`arch_only_keys`), the keys an `init_from` run may change (`fine_tune_keys`), the keys an
-export family need not list (`xfmr.interop.hf_families`), README's table of model keys
-(`keys_table`), Hydra's schema of the `model` section (`xfmr.schema`), and how two configs
-differ (`differences`). Adding a key is one field here and the module that reads it.
+export family need not list (`xfmr.interop.hf_families`), the table of model keys in
+docs/architectures.md (`keys_table`), Hydra's schema of the `model` section (`xfmr.schema`), and
+how two configs differ (`differences`). Adding a key is one field here and the module that reads it.
 
 Parts a person plugs in from their own configs (a positional scheme, an attention, a
 feed-forward) are named by `_target_` in `model.pos`, `model.attention` and `model.ffn`; the
@@ -462,7 +462,8 @@ def default_of(name: str) -> Any:
 
 
 def keys_table() -> str:
-    """README's table of model keys, written from the fields (a test holds README to it)."""
+    """The table of model keys in docs/architectures.md, written from the fields (a test holds the
+    page to it)."""
     rows = [
         "| key | default | read by | fine-tune may change | what it is |",
         "|---|---|---|---|---|",

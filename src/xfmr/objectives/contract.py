@@ -3,7 +3,8 @@
 An objective is one Python file holding a subclass of `Objective`, and one config file,
 conf/objective/NAME.yaml, whose `_target_` names the class. Nothing else is edited to add one:
 the config group is the registry (`xfmr.objectives.registry`), and everything that trains or
-uses a run talks to the objective through the methods below (README: "Adding an objective").
+uses a run talks to the objective through the methods below (docs/objectives.md, "Adding an
+objective").
 
 The class body declares, as literals, since the config check reads them from the source
 without importing torch (`xfmr.declared`)::
