@@ -24,6 +24,7 @@ from common.pages import (
     compared_table,
     experiment_overrides,
     markdown_table,
+    shown_block,
     trained,
 )
 
@@ -166,18 +167,18 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
     ]  # fmt: skip
     header = ["model", "layers", "width", "parameters (counted)", "parameters (results.json)",
               "vs decoder"]  # fmt: skip
-    commands = [f"    xfmr-train {' '.join(experiment_overrides(by_arch[a][0]))}" for a in ARCHS]
+    commands = [f"xfmr-train {' '.join(experiment_overrides(by_arch[a][0]))}" for a in ARCHS]
     page.add(
         "## The two models",
         "The LSTM's width is xfmr's choice: its run sets `model.target_params` to the "
         "decoder's parameters, and xfmr builds the LSTM at the run's vocabulary of "
         f"{matching.vocab_size} characters at the width whose parameter count is nearest "
         "(tied embeddings counted once; within 2%, or it refuses), and says so:"
-        f"\n\n    {matching.line()}\n\n"
+        f"\n\n{shown_block(matching.line())}\n\n"
         "Both are counted again here by building them; each run's results.json records its "
         "own count.",
         markdown_table(header, counted),
-        "The commands, less where the runs go:\n\n" + "\n".join(commands),
+        "The commands, less where the runs go:\n\n" + shown_block("\n".join(commands), "console"),
         "Every setting of the two runs' resolved configs that differs (seed and paths aside); "
         "everything else, data, tokenizer, optimizer, schedule, steps and validation, is the "
         "same. The decoder alone reads `model.bias`, `placement`, `activation`, `n_heads` and "
@@ -187,7 +188,7 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
     if refused:
         page.add(
             f"`arch=rnn` alone is refused, in xfmr's words, hence {' and '.join(UNDONE)}:"
-            f"\n\n    {refused}"
+            f"\n\n{shown_block(refused)}"
         )
 
 

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from common.pages import Page, arguments, compared_table, markdown_table, trained
+from common.pages import Page, arguments, compared_table, markdown_table, shown_block, trained
 
 SCHEMES = ("learned", "sinusoidal", "relative", "rotary", "alibi", "none")
 LENGTHS = (1, 2, 4)  # times the trained block
@@ -147,7 +147,7 @@ def lengths(page: Page, by_length: dict[tuple[str, int], list], block: int) -> N
         markdown_table(header, rows),
     )
     if refusals:  # one of them: they differ only in the length asked for
-        page.add(f"Refused, in xfmr-eval's words:\n\n    {min(refusals)}")
+        page.add(f"Refused, in xfmr-eval's words:\n\n{shown_block(min(refusals))}")
     page.figure(_plot(by_length, block), "by_position", f"loss by position in windows of "
                 f"{4 * block} tokens, mean over seeds (faint) and its mean over {SMOOTHING} "
                 f"positions; trained at {block} (dashed); learned positions cannot run past "

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from helpers import ROOT
+from helpers.docs import blocks_of, marker_problem
 
 
 def write_corpus(path: Path) -> Path:
@@ -25,14 +26,21 @@ def write_corpus(path: Path) -> Path:
 
 
 def run_quick(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """`python benchmarks/SCRIPT --quick` over the test's corpus; the page in tmp_path/page."""
+    """`python benchmarks/SCRIPT --quick` over the test's corpus; the page in tmp_path/page,
+    every code block of which must be fenced and marked as the docs' are
+    (tests/docs/test_doc_blocks.py)."""
     corpus = tmp_path / "words.txt"
     if not corpus.exists():
         write_corpus(corpus)
     command = [sys.executable, str(ROOT / "benchmarks" / script), "--quick", f"--data={corpus}",
                f"--runs={tmp_path / 'runs'}", f"--page={tmp_path / 'page'}"]  # fmt: skip
     env = {**os.environ, "XFMR_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    for page in sorted((tmp_path / "page").glob("*.md")) if result.returncode == 0 else []:
+        blocks = blocks_of(page.read_text(), page)
+        problems = [f"{b.where}: {p}" for b in blocks if (p := marker_problem(b))]
+        assert not problems, "\n".join(problems)
+    return result
 
 
 def tables(page: str, first_header: str) -> list[list[list[str]]]:
