@@ -18,11 +18,13 @@ from helpers.cli import run_cli
 from helpers.docs import block
 from helpers.runs import TINY, read_results
 
-# The page's blocks: the path each is shown under, and its id.
-FILES = {
-    "my_objectives/smoothed_clm.py": "smoothed-clm-py",
-    "my_configs/objective/smoothed_clm.yaml": "smoothed-clm-yaml",
-}
+
+def page_files() -> dict[str, tuple[str, str]]:
+    """The page's files: the path each is shown under -> its block's id and text."""
+    return {
+        "my_objectives/smoothed_clm.py": ("smoothed-clm-py", block("smoothed-clm-py")),
+        "my_configs/objective/smoothed_clm.yaml": ("smoothed-clm-yaml", block("smoothed-clm-yaml")),
+    }
 
 
 def page_command() -> list[str]:
@@ -36,11 +38,12 @@ def page_command() -> list[str]:
 def project(tmp_path: Path) -> Path:
     """A user's folder with the page's objective and its config, and nothing else of xfmr's."""
     page = (ROOT / "docs" / "objectives.md").read_text(encoding="utf-8")
-    for name, block_id in FILES.items():
-        assert f"`{name}`:\n\n```{name.rsplit('.', 1)[1]} run={block_id}\n" in page, name
+    for name, (block_id, text) in page_files().items():
+        lang = {"py": "python", "yaml": "yaml"}[name.rsplit(".", 1)[1]]
+        assert f"`{name}`:\n\n```{lang} run={block_id}\n" in page, f"the page shows {name}"
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(block(block_id), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat. the dog sat on the log.\n" * 40)
     return tmp_path
 

@@ -199,6 +199,8 @@ xfmr-train -m pos=learned,rotary hydra.sweeper.workers=2 hydra.sweep.dir=outputs
 xfmr-train -m pos=learned,rotary hydra.sweeper.n_trails=3
 PYTHONPATH=. xfmr-eval run_dir=RUN data.block_size=256
 . .venv/bin/activate
+xfmr-train -m 'optim.lr=interval(1e-4,1e-2)'        # a range with nothing to sample it
+xfmr-train -m seed=1,2 hydra.sweeper.workers=0
 ```
 """
 
@@ -212,6 +214,10 @@ def test_the_checker_passes_good_commands_and_names_the_bad(corpora: Path, tmp_p
         ("page.md:9: `xfmr-train -m pos=learned,rotary hydra.sweeper.n_trails=3`:",
          "Could not override 'hydra.sweeper.n_trails'"),
         ("page.md:11: `. .venv/bin/activate`:", "mark the block illustrative or run it in a test"),
+        ("page.md:12: `xfmr-train -m 'optim.lr=interval(1e-4,1e-2)'`:",
+         "optim.lr: interval(...) needs a search, not a grid"),
+        ("page.md:13: `xfmr-train -m seed=1,2 hydra.sweeper.workers=0`:",
+         "hydra.sweeper.workers=0; give a whole number >= 1"),
     ]  # fmt: skip
     assert len(problems) == len(expected), "\n".join(problems)
     for problem, (start, why) in zip(problems, expected, strict=True):

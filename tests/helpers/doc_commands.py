@@ -347,7 +347,7 @@ def _sweep_jobs(overrides: list[str], config_dir: str | None):
 
     from xfmr.errors import UserError
     from xfmr.sweeps.search import build_pruner, build_sampler, search_space
-    from xfmr.sweeps.stores import check_shared_stores
+    from xfmr.sweeps.sweep import check_sweep
 
     with _hydra(config_dir) as hydra:
         master = _compose_multirun(hydra, overrides)
@@ -355,13 +355,8 @@ def _sweep_jobs(overrides: list[str], config_dir: str | None):
         params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()]
         task = list(master.hydra.overrides.task)
         parsed = _parse(hydra, [*params, *task])
-    if sweeper.direction not in ("minimize", "maximize"):
-        raise UserError(f"hydra.sweeper.direction={sweeper.direction!r}; valid: minimize, maximize")
-    if sweeper.workers < 1:
-        raise UserError(f"hydra.sweeper.workers={sweeper.workers!r}; give a whole number >= 1")
-    if sweeper.workers > 1 and str(master.hydra.launcher._target_).endswith(".BasicLauncher"):
-        raise UserError("hydra.sweeper.workers>1 needs jobs in processes of their own")
-    check_shared_stores(master, sweeper.storage if sweeper.sampler else None)
+    launcher = str(master.hydra.launcher._target_).rsplit(".", 1)[-1]
+    check_sweep(sweeper, master, parsed, launcher=launcher)
     if sweeper.sampler:
         searched, fixed = search_space(parsed)
         if not searched:
@@ -371,12 +366,6 @@ def _sweep_jobs(overrides: list[str], config_dir: str | None):
         build_pruner(sweeper.pruner, OmegaConf.to_container(sweeper.pruner_args, resolve=True))
         swept = [[p.override(v) for v in _values(p.distribution)] for p in searched]
     else:
-        interval = next((o for o in parsed if o.is_interval_sweep()), None)
-        if interval is not None:
-            raise UserError(
-                f"{interval.get_key_element()}: interval(...) needs a search, not a grid: add "
-                "hparams_search=NAME or hydra.sweeper.sampler=tpe"
-            )
         fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
         swept = [
             [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]

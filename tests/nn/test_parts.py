@@ -21,22 +21,26 @@ from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.norms import RMSNorm
 
 ROOT = Path(__file__).resolve().parents[2]
-# The page's blocks: the path each is shown under, and its id.
-FILES = {
-    "my_parts/learned_slopes.py": "learned-slopes-py",
-    "my_configs/pos/learned_slopes.yaml": "learned-slopes-yaml",
-}
+
+
+def page_files() -> dict[str, tuple[str, str]]:
+    """The page's files: the path each is shown under -> its block's id and text."""
+    return {
+        "my_parts/learned_slopes.py": ("learned-slopes-py", block("learned-slopes-py")),
+        "my_configs/pos/learned_slopes.yaml": ("learned-slopes-yaml", block("learned-slopes-yaml")),
+    }
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A person's folder with the page's scheme and its config, and nothing else of xfmr's."""
     page = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
-    for name, block_id in FILES.items():
-        assert f"`{name}`:\n\n```{name.rsplit('.', 1)[1]} run={block_id}\n" in page, name
+    for name, (block_id, text) in page_files().items():
+        lang = {"py": "python", "yaml": "yaml"}[name.rsplit(".", 1)[1]]
+        assert f"`{name}`:\n\n```{lang} run={block_id}\n" in page, f"the page shows {name}"
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(block(block_id), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat. the dog sat on the log.\n" * 40)
     return tmp_path
 

@@ -35,10 +35,7 @@ def run_sweep(
     overrides = parse(hydra_context, [*_params(sweeper.params), *arguments])
     metric = str(config.get("optimized_metric") or "val/loss")
     direction = str(sweeper.direction)
-    if direction not in ("minimize", "maximize"):
-        raise UserError(f"hydra.sweeper.direction={direction!r}; valid: minimize, maximize")
-    _check_workers(launcher, sweeper.workers)
-    check_shared_stores(config, sweeper.storage if sweeper.sampler else None)
+    check_sweep(sweeper, config, overrides, launcher=type(launcher).__name__)
     use_gpus(launcher, config, int(sweeper.workers))
     divide_threads(int(sweeper.workers))
     prepare_loggers(config)
@@ -88,10 +85,29 @@ def parse(hydra_context: Any, overrides: list[str]) -> list[Any]:
     )
 
 
-def _check_workers(launcher: Any, workers: Any) -> None:
+def check_sweep(sweeper: Any, config: DictConfig, overrides: list[Any], *, launcher: str) -> None:
+    """What a sweep is refused for before its first job: the `hydra.sweeper` settings, stores
+    its jobs cannot share, and an interval(...) in a grid. `overrides` are Hydra's parsed
+    overrides, `launcher` the launcher's class name."""
+    direction = str(sweeper.direction)
+    if direction not in ("minimize", "maximize"):
+        raise UserError(f"hydra.sweeper.direction={direction!r}; valid: minimize, maximize")
+    _check_workers(launcher, sweeper.workers)
+    check_shared_stores(config, sweeper.storage if sweeper.sampler else None)
+    if sweeper.sampler:
+        return
+    for override in overrides:
+        if override.is_interval_sweep():
+            raise UserError(
+                f"{override.get_key_element()}: interval(...) needs a search, not a grid: add "
+                "hparams_search=NAME or hydra.sweeper.sampler=tpe"
+            )
+
+
+def _check_workers(launcher: str, workers: Any) -> None:
     if not isinstance(workers, int) or workers < 1:
         raise UserError(f"hydra.sweeper.workers={workers!r}; give a whole number >= 1")
-    if workers > 1 and type(launcher).__name__ == "BasicLauncher":
+    if workers > 1 and launcher == "BasicLauncher":
         raise UserError(
             "hydra.sweeper.workers>1 needs jobs in processes of their own: use xfmr's "
             "launcher (the default) or hydra/launcher=submitit_local|submitit_slurm"
@@ -123,12 +139,6 @@ def prepare_loggers(config: DictConfig) -> None:
 def _grid(sweeper: Any, runner: JobRunner, overrides: list[Any]) -> list[Any]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    for override in overrides:
-        if override.is_interval_sweep():
-            raise UserError(
-                f"{override.get_key_element()}: interval(...) needs a search, not a grid: add "
-                "hparams_search=NAME or hydra.sweeper.sampler=tpe"
-            )
     [jobs] = BasicSweeper.split_arguments(overrides, None)
     return run_grid(runner, jobs, int(sweeper.workers))
 
