@@ -59,9 +59,14 @@ def make_docs(docs: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole site, built once by `make docs` from a copy of docs/."""
-    docs = tmp_path_factory.mktemp("site") / "docs"
+    """The whole site, built once by `make docs` from a copy of docs/, beside the checkout's
+    other folders (linked), which pages link to (examples/quickstart.ipynb)."""
+    root = tmp_path_factory.mktemp("site")
+    docs = root / "docs"
     shutil.copytree(DOCS, docs, ignore=shutil.ignore_patterns("_build"))
+    for entry in ROOT.iterdir():
+        if entry.name not in ("docs", ".git", ".venv") and not entry.name.startswith("."):
+            (root / entry.name).symlink_to(entry)
     built = make_docs(docs)
     assert built.returncode == 0, (built.stdout + built.stderr)[-5000:]
     return docs / "_build" / "html"
