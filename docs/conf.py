@@ -28,6 +28,7 @@ source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 html_theme = "furo"
 html_title = "xfmr"
+html_show_copyright = False  # no copyright line naming no one
 
 # `page.md#a-heading` links resolve, to headings down to ###.
 myst_heading_anchors = 3
