@@ -102,6 +102,7 @@ SLOW_MODULES = {
     "runs/test_use_run.py",
     "sweeps/test_dashboards.py",
     "sweeps/test_gpu_workers.py",
+    "sweeps/test_shared_stores.py",
     "sweeps/test_submitit_requeue.py",
     "sweeps/test_sweep_console.py",
     "text/test_token_cache.py",
