@@ -61,4 +61,6 @@ def test_the_readme_block_trains_compares_and_generates(
     assert learned.status == rotary.status == "completed"
     printed = capsys.readouterr().out
     assert "pos" in printed and "rotary" in printed, printed  # the table names what differs
+    assert "runs/rotary" in printed and "runs/learned" in printed, printed  # a row per run
     assert "the cat" in printed, printed
+    assert any(line.startswith("the cat") for line in printed.splitlines()), printed

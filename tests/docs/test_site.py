@@ -14,7 +14,6 @@ import os
 import queue
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ import pytest
 
 from helpers import ROOT
 from helpers.browser import browse, chromium
+from helpers.cli import started
 from xfmr.nn.config import ModelConfig, PosConfig, key_of
 
 DOCS = ROOT / "docs"
@@ -272,19 +272,10 @@ def first_page(url: str, seconds: float) -> str:
 def test_docs_serve_serves_the_site_on_localhost_and_rebuilds_it(tmp_path: Path) -> None:
     docs = tiny_docs(tmp_path, "Served first.")
     command, env = make("docs-serve", docs, "PORT=0")
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, ended below
-    )
     lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=read_lines, args=(process, lines))
-    reader.start()
-    try:
+    with started(command, ROOT, env, grace=30) as process:  # stopped at the end, group and all
+        reader = threading.Thread(target=read_lines, args=(process, lines))
+        reader.start()
         address = served_address(lines, process, seconds=120)
         home = first_page(f"{address}/index.html", seconds=30)
         assert "<h1>Tiny site<" in home, home[:3000]
@@ -295,11 +286,4 @@ def test_docs_serve_serves_the_site_on_localhost_and_rebuilds_it(tmp_path: Path)
         while "Served after an edit." not in page_at(f"{address}/page.html"):
             assert time.monotonic() < deadline, "the edited page was not rebuilt within 60 s"
             time.sleep(0.5)
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-        reader.join(timeout=30)
+    reader.join(timeout=30)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +57,34 @@ def run_cli(
         stdin=subprocess.DEVNULL,
     )
     return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+@contextlib.contextmanager
+def started(
+    command: list[str], cwd: Path, env: dict[str, str], *, grace: float = 10
+) -> Iterator[subprocess.Popen]:
+    """`command` running in a process group of its own, its stdout and stderr together as text,
+    for a test that signals it or waits on it. Whatever of it still runs when the test is done
+    (or fails) is stopped: SIGTERM to the group, then SIGKILL after `grace` seconds."""
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def compare_cli(args: list, cwd: Path) -> Completed:

@@ -35,6 +35,29 @@ TINY = [
     PEAK,
 ]
 
+# A run a test stops and resumes: ten steps of a tiny model, validated every fourth.
+RESUMABLE_STEPS = 10
+
+
+def resumable(*, checkpoint_every: int) -> list[str]:
+    """RESUMABLE_STEPS steps, with periodic checkpoints every `checkpoint_every` steps."""
+    return [
+        "size=tiny",
+        "data.batch_size=4",
+        f"trainer.max_steps={RESUMABLE_STEPS}",
+        "trainer.val_check_interval=4",
+        "schedule.warmup_steps=2",
+        "trainer.limit_val_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.enable_model_summary=false",
+        "callbacks.progress_bar=null",
+        "callbacks.text_sample=null",
+        f"callbacks.periodic_checkpoint.every_n_train_steps={checkpoint_every}",
+        "print_config=false",
+        PEAK,
+    ]
+
+
 # A sharded run (trainer=fsdp) on two CPU processes with gloo: one shard of every block each.
 FSDP = ("trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,19 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.cli import run_cli
+from helpers import helpers_env
+from helpers.cli import run_cli, started
 from helpers.runs import CORPUS, TINY, read_results
 
 STEPS = 20
-# A step of a tenth of a second: time for the signal to arrive before the job ends.
-SLOW = """
-import time
-import lightning as L
-
-class Slow(L.Callback):
-    def on_train_batch_end(self, *args):
-        time.sleep(0.1)
-"""
 ARGS = [
     *TINY,
     f"trainer.max_steps={STEPS}",
@@ -54,31 +45,22 @@ def _job_process(submitit_dir: Path) -> int | None:
 def test_a_preempted_submitit_job_is_requeued_and_resumes_its_own_run(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
-    (tmp_path / "slow.py").write_text(SLOW)
     data = ["data=text", f"data.path={corpus}"]
     sweep = tmp_path / "sweep"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))},
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        **helpers_env(),  # helpers.slow_steps
         "XFMR_CACHE_DIR": str(tmp_path / ".cache"),
         "PYTHONUNBUFFERED": "1",
     }
     command = [
         sys.executable, "-m", "xfmr.cli.train", "-m",
         "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
-        f"hydra.sweep.dir={sweep}", *ARGS, *data, "+callbacks.slow._target_=slow.Slow",
+        f"hydra.sweep.dir={sweep}", *ARGS, *data,
+        "+callbacks.slow._target_=helpers.slow_steps.SlowSteps",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
     job_dir = sweep / "0"
-    try:
+    with started(command, tmp_path, env) as proc:
         deadline = time.monotonic() + 300
         while not list((job_dir / "checkpoints").glob("step-*.ckpt")):  # the job trains
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
@@ -87,10 +69,6 @@ def test_a_preempted_submitit_job_is_requeued_and_resumes_its_own_run(tmp_path: 
         assert job is not None
         os.kill(job, signal.SIGUSR2)  # what submitit's scheduler sends ahead of the time limit
         output, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 0, output
     log = (job_dir / "train.log").read_text()
     assert "SIGUSR2 received: saving a checkpoint" in log

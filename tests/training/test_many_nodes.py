@@ -5,10 +5,9 @@ same global batch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.cli import run_cli
+from helpers.cli import run_cli, started
 from helpers.runs import CORPUS, TINY, read_results
 
 # Every file put in place in the run directory (xfmr writes them whole and renames them into
@@ -67,38 +66,23 @@ def _torchrun_two_nodes(tmp_path: Path, args: list[str], env: dict[str, str]) ->
     """`torchrun --nnodes 2 --node-rank R ...` for R = 0, 1, as two nodes would run it; their
     output. Both are stopped if either fails or they take too long."""
     port = _free_port()
-    procs = []
-    for node_rank in (0, 1):
-        command = [
-            sys.executable, "-m", "torch.distributed.run",  # the `torchrun` command
-            "--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node", "1",
-            "--master-addr", "127.0.0.1", "--master-port", str(port),
-            "--rdzv-id", "nodes-test",
-            "-m", "xfmr.cli.train", *args,
-        ]  # fmt: skip
-        procs.append(
-            subprocess.Popen(
-                command,
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,  # its whole group is stopped on failure
-            )
-        )
     outputs = []
     deadline = time.monotonic() + 300
-    try:
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for node_rank in (0, 1):
+            command = [
+                sys.executable, "-m", "torch.distributed.run",  # the `torchrun` command
+                "--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node", "1",
+                "--master-addr", "127.0.0.1", "--master-port", str(port),
+                "--rdzv-id", "nodes-test",
+                "-m", "xfmr.cli.train", *args,
+            ]  # fmt: skip
+            procs.append(stack.enter_context(started(command, tmp_path, env)))
         for proc in procs:
             out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
             outputs.append(out)
             assert proc.returncode == 0, out
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
     return outputs
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from helpers.cli import run_cli
-from helpers.runs import CORPUS, PEAK, read_results
+from helpers.runs import CORPUS, RESUMABLE_STEPS, read_results, resumable
 
 # Kills the training process at a chosen point: after the optimizer step of `step` ("train"),
 # in the middle of the validation that follows `step` ("validation"), or while the checkpoint
@@ -47,22 +47,8 @@ class KillAt(L.Callback):
             self._kill()
 """
 
-STEPS = 10
-COMMON = [
-    "size=tiny",
-    "data.batch_size=4",
-    f"trainer.max_steps={STEPS}",
-    "trainer.val_check_interval=4",
-    "schedule.warmup_steps=2",
-    "trainer.limit_val_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_model_summary=false",
-    "callbacks.progress_bar=null",
-    "callbacks.text_sample=null",
-    "callbacks.periodic_checkpoint.every_n_train_steps=3",
-    "print_config=false",
-    PEAK,
-]
+STEPS = RESUMABLE_STEPS
+COMMON = resumable(checkpoint_every=3)
 
 
 def _text(root: Path) -> list[str]:

@@ -8,42 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from helpers.cli import run_cli
-from helpers.runs import CORPUS, PEAK, read_results
+from helpers import helpers_env
+from helpers.cli import run_cli, started
+from helpers.runs import CORPUS, RESUMABLE_STEPS, read_results, resumable
 
-STEPS = 10
-COMMON = [
-    "size=tiny",
-    "data.batch_size=4",
-    f"trainer.max_steps={STEPS}",
-    "trainer.val_check_interval=4",
-    "schedule.warmup_steps=2",
-    "trainer.limit_val_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_model_summary=false",
-    "callbacks.progress_bar=null",
-    "callbacks.text_sample=null",
-    "callbacks.periodic_checkpoint.every_n_train_steps=2",
-    "print_config=false",
-    PEAK,
-]
+STEPS = RESUMABLE_STEPS
+COMMON = resumable(checkpoint_every=2)
 JOB = "4242"
-# A step of a tenth of a second: time for the signal to arrive before the run ends.
-SLOW = """
-import time
-import lightning as L
-
-class Slow(L.Callback):
-    def on_train_batch_end(self, *args):
-        time.sleep(0.1)
-"""
 SCONTROL = """#!/bin/sh
 echo "$@" >> "$XFMR_TEST_SCONTROL"
 """
@@ -55,12 +32,11 @@ def _slurm_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "scontrol").write_text(SCONTROL)
     (bin_dir / "scontrol").chmod(0o755)
-    (tmp_path / "slow.py").write_text(SLOW)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
     return {
         **env,
         "PATH": os.pathsep.join([str(bin_dir), env.get("PATH", "")]),
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
+        **helpers_env(),  # helpers.slow_steps
         "XFMR_TEST_SCONTROL": str(tmp_path / "scontrol.calls"),
         "XFMR_CACHE_DIR": str(tmp_path / ".cache"),
         "PYTHONUNBUFFERED": "1",
@@ -90,29 +66,17 @@ def test_usr1_requeues_the_job_and_the_requeued_job_resumes_exactly(tmp_path: Pa
         *COMMON,
         *data,
         f"paths.log_dir={tmp_path / 'logs'}",
-        "+callbacks.slow._target_=slow.Slow",
+        "+callbacks.slow._target_=helpers.slow_steps.SlowSteps",
     ]
     run_dir = tmp_path / "logs" / "train" / "runs" / f"slurm-{JOB}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xfmr.cli.train", *args],
-        cwd=tmp_path,
-        env=_slurm_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    command = [sys.executable, "-m", "xfmr.cli.train", *args]
+    with started(command, tmp_path, _slurm_env(tmp_path)) as proc:
         deadline = time.monotonic() + 300  # generous: a loaded machine starts slowly
         while not list((run_dir / "checkpoints").glob("step-*.ckpt")):  # training is under way
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)
         output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, output
     assert "SIGUSR1: stopped after step" in output and "job requeued" in output
     assert (tmp_path / "scontrol.calls").read_text().splitlines() == [f"requeue {JOB}"]
