@@ -42,7 +42,8 @@ def loss_sums(name: str, loss: torch.Tensor | Mapping[str, torch.Tensor], counts
 
 def divided(sums: Terms, totals: Terms) -> torch.Tensor:
     """sum over terms of sums[t] / totals[t]; a term with nothing counted adds 0, not NaN."""
-    return sum(sums[t].float() / totals[t].clamp(min=1) for t in sums)  # type: ignore[return-value]
+    first, *rest = (sums[t].float() / totals[t].clamp(min=1) for t in sums)
+    return sum(rest, first)  # from the first term: no 0 + tensor kernel on a one-term loss
 
 
 class TermLoss(Metric):

@@ -119,7 +119,8 @@ class XfmrModule(L.LightningModule):
         # Lightning divides the loss by accumulate_grad_batches (also in a short last window)
         # and DDP averages gradients over the processes: both undone, the step's gradient is
         # that of the sum over the step's targets divided by their count.
-        return share * (self.trainer.accumulate_grad_batches * self.trainer.world_size)
+        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size
+        return share * scale if scale != 1 else share
 
     def _counts(self, batch: dict[str, Any]) -> Terms:
         """The batch's counts: made on the host with the batch, or else counted here."""
@@ -130,8 +131,10 @@ class XfmrModule(L.LightningModule):
         """The counts of the optimizer step on all processes: the window's totals the loader
         attached, added over the ranks once per window (on the device: no read). A loader
         that attaches none (a stream) gives each micro-batch an equal part of the step."""
-        terms = self.objective.loss_terms
         window = batch.get(WINDOW_COUNTS)
+        if window is not None and self.trainer.world_size == 1:
+            return window  # this process's window is the step's: nothing to add or stack
+        terms = self.objective.loss_terms
         if window is None:
             totals = self._all_ranks(torch.stack([counts[t] for t in terms]))
             totals = totals * self.trainer.accumulate_grad_batches
