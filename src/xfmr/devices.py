@@ -40,3 +40,76 @@ def cuda_driver_loaded() -> bool:
     if sys.platform != "linux":
         return True  # no cheap way to know: torch is asked
     return Path("/proc/driver/nvidia").exists()
+
+
+DEVICES_VALID = "an integer >= 1, -1 (every device), auto, or a list of device indices"
+
+
+def device_count(devices: object) -> int | None:
+    """How many devices `trainer.devices` names; None for auto and -1 (every device). A value
+    that names none is a ValueError saying what would."""
+    if isinstance(devices, list | tuple):
+        count: object = len(devices)
+    elif isinstance(devices, str) and devices != "auto":
+        parts = [p for p in devices.split(",") if p.strip()]
+        if not parts or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"trainer.devices={devices!r} is not valid: use {DEVICES_VALID}")
+        count = len(parts) if "," in devices else int(devices)
+    else:
+        count = devices
+    if devices == "auto" or count == -1:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"trainer.devices={devices!r} is not valid: use {DEVICES_VALID}")
+    return count
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a job scheduler's share)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+# What torch says of the machine's GPUs, asked only where NVIDIA's driver is loaded: on a
+# machine without one, the config is checked without importing torch.
+
+
+def cuda_available() -> bool:
+    if not cuda_driver_loaded():
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cuda_device_count() -> int:
+    if not cuda_driver_loaded():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def cuda_bf16() -> bool:
+    """Whether the GPU has bfloat16 (Ampere and later)."""
+    import torch
+
+    return torch.cuda.is_bf16_supported()
+
+
+def cuda_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def accelerator_found() -> bool:
+    """Whether Lightning's `accelerator=auto` finds a GPU (CUDA, or Apple's MPS)."""
+    if cuda_available():
+        return True
+    if sys.platform != "darwin":
+        return False
+    import torch
+
+    return torch.backends.mps.is_available()

@@ -4,7 +4,7 @@ and an objective reads, and what one example of each kind is when it reaches the
 
 A data module declares `gives = KIND` in its class body (or, for data=hf, the kinds its
 `data.kind` may choose); an objective declares `reads = KIND`. The config check compares the two
-before anything heavy loads (`xfmr.checks`), so nothing probes a data module's attributes later.
+before anything heavy loads (`xfmr.config`), so nothing probes a data module's attributes later.
 Nothing here imports torch.
 """
 

@@ -13,10 +13,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
 
+from helpers.config import checked
 from helpers.runs import PEAK
-from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn.config import ARCH_POSITIONS
 from xfmr.objectives.registry import objectives
@@ -135,9 +134,8 @@ def test_there_are_valid_and_invalid_combinations() -> None:
 def test_valid_combination_passes_the_check(
     tmp_path: Path, arch: str, pos: str, objective: str
 ) -> None:
-    cfg = _compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"])
-    check_config(cfg)
-    assert (cfg.model.arch, cfg.model.pos.name) == (arch, pos), "the composed choices are checked"
+    config = checked(_compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"]))
+    assert (config.model.arch, config.model.pos.name) == (arch, pos), "the choices are checked"
 
 
 @pytest.mark.parametrize(("arch", "pos", "objective"), TRAINED)
@@ -146,9 +144,8 @@ def test_valid_combination_trains_two_steps(
 ) -> None:
     from xfmr.training.run import run_training
 
-    cfg = _compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"])
-    check_config(cfg)
-    results = run_training(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    config = checked(_compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"]))
+    results = run_training(config)
     assert results["step"] == 2
     assert math.isfinite(results["metrics"]["val/loss"])
     assert (tmp_path / "run" / "tokenizer.json").is_file()
@@ -163,7 +160,7 @@ def test_invalid_combination_is_refused_by_name(
 ) -> None:
     cfg = _compose(tmp_path, [f"arch={arch}", f"pos={pos}", f"objective={objective}"])
     with pytest.raises(UserError) as refused:
-        check_config(cfg)
+        checked(cfg)
     message = str(refused.value)
     assert f"arch={arch}" in message or f"arch='{arch}'" in message
     assert "[" in message, "the message lists what would be valid"

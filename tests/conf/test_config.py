@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from xfmr.checks import check_config, model_config
+from helpers.config import checked, model_of
 from xfmr.errors import UserError
 from xfmr.objectives.registry import objective_facts, objectives
 from xfmr.paths import config_dir
@@ -31,7 +31,11 @@ GROUPS = [
 def _compose(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        paths = [
+            "paths.root_dir=/tmp/xfmr-test-config",
+            "paths.output_dir=/tmp/xfmr-test-config/run",
+        ]
+        return compose(config_name="train", overrides=[*paths, *overrides])
 
 
 def _choices(group: str) -> list[str]:
@@ -101,15 +105,15 @@ def test_every_choice_composes_and_passes_checks(group: str, tmp_path) -> None:
         if group == "data" and choice == "hf":  # data.kind=text serves the default clm
             overrides.append("data.path=json")  # a dataset builder, not a file: nothing loads
         cfg = _compose(overrides)
-        model = model_config(cfg, vocab_size=10)
+        model = model_of(cfg, vocab_size=10)
         assert model.d_model % model.n_heads == 0
         if group != "arch" or model.arch in objectives()["clm"].archs:  # default: clm
-            check_config(cfg)
+            checked(cfg)
 
 
 def test_nanogpt_experiment_matches_nanogpt_cpu_run() -> None:
     cfg = _compose(["experiment=nanogpt_shakespeare_char"])
-    model = model_config(cfg, vocab_size=65)
+    model = model_of(cfg, vocab_size=65)
     assert (model.n_layers, model.n_heads, model.d_model, model.d_ff) == (4, 4, 128, 512)
     assert (model.dropout, model.bias, model.placement, model.activation) == (
         0.0,
@@ -136,8 +140,8 @@ def test_nanogpt_experiment_matches_nanogpt_cpu_run() -> None:
 def test_check_rejects_learned_positions_shorter_than_blocks() -> None:
     cfg = _compose(["pos=learned", "model.pos.max_positions=32", "data.block_size=64"])
     with pytest.raises(UserError, match="data.block_size=64 .* model.pos.max_positions=32"):
-        check_config(cfg)
-    check_config(_compose(["pos=sinusoidal", "data.block_size=2048"]))
+        checked(cfg)
+    checked(_compose(["pos=sinusoidal", "data.block_size=2048"]))
 
 
 def test_unknown_model_key_names_valid_keys() -> None:
@@ -146,7 +150,7 @@ def test_unknown_model_key_names_valid_keys() -> None:
     with pytest.raises(
         UserError, match="model.n_layer is not a model key: did you mean model.n_layers"
     ):
-        check_config(cfg)
+        checked(cfg)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +165,7 @@ def test_unknown_model_key_names_valid_keys() -> None:
 )
 def test_architecture_keys_are_set_without_a_plus(arch: str, key: str, value) -> None:
     cfg = _compose([f"arch={arch}", f"model.{key}={value}"])  # Hydra takes it without `+`
-    assert getattr(model_config(cfg, vocab_size=8), key) == value
+    assert getattr(model_of(cfg, vocab_size=8), key) == value
 
 
 @pytest.mark.parametrize(
@@ -175,7 +179,7 @@ def test_architecture_keys_are_set_without_a_plus(arch: str, key: str, value) ->
 def test_a_key_the_architecture_would_ignore_is_refused(arch: str, key: str, value) -> None:
     cfg = _compose([f"arch={arch}", f"model.{key}={value}"])
     with pytest.raises(UserError, match=f"model.{key}=.* applies to arch in .* not arch={arch}"):
-        model_config(cfg, vocab_size=8)
+        model_of(cfg, vocab_size=8)
 
 
 def test_base_size_is_the_papers_base_transformer() -> None:
@@ -186,7 +190,7 @@ def test_base_size_is_the_papers_base_transformer() -> None:
     from xfmr.nn import build_model
 
     cfg = _compose(["arch=encoder_decoder", "size=base", "pos=sinusoidal"])
-    model = model_config(cfg, vocab_size=37000)
+    model = model_of(cfg, vocab_size=37000)
     assert (model.n_layers, model.n_decoder_layers, model.d_model, model.d_ff, model.n_heads) == (
         6,
         6,
@@ -203,7 +207,7 @@ def test_base_size_is_the_papers_base_transformer() -> None:
 def test_rnn_arch_switches_positions_off() -> None:
     cfg = _compose(["arch=rnn"])
     assert cfg.model.pos.name == "none"
-    assert model_config(cfg, vocab_size=10).arch == "rnn"
+    assert model_of(cfg, vocab_size=10).arch == "rnn"
 
 
 @pytest.mark.parametrize(
@@ -211,6 +215,6 @@ def test_rnn_arch_switches_positions_off() -> None:
 )
 def test_every_experiment_composes_to_a_valid_model(experiment: str) -> None:
     cfg = _compose([f"experiment={experiment}"])
-    model = model_config(cfg, vocab_size=100)
+    model = model_of(cfg, vocab_size=100)
     assert model.arch in {"decoder", "encoder", "encoder_decoder", "rnn"}
     assert model.arch in objective_facts(cfg.objective._target_).archs

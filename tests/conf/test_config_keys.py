@@ -22,10 +22,16 @@ from omegaconf import OmegaConf
 
 from helpers.config import signature_defaults
 from xfmr.api.choices import OTHER_TOOLS_GROUPS
-from xfmr.checks import _GROUPS_NEEDED
 from xfmr.cli.train import _TREE_ORDER
+from xfmr.config.make import SECTIONS, number_tables
 from xfmr.paths import config_dir
-from xfmr.ranges import NUMERIC_KEYS
+
+# Every section's numeric keys by their dotted name (each section declares its table).
+NUMERIC_KEYS = {
+    f"{section}.{key}" if section else key: forms
+    for section, table in number_tables().items()
+    for key, forms in table.items()
+}
 
 MODEL_SECTIONS = {"model"}  # ModelConfig's keys: tests/conf/test_model_keys.py
 # Keys a table lists for configs of a person's own, with what takes them.
@@ -81,7 +87,8 @@ def _sections() -> set[str]:
 
 
 def numeric_keys() -> list[str]:
-    """ranges.NUMERIC_KEYS and the keys its words for null and special values name."""
+    """Every section's numeric keys and the keys their words for null and special values
+    name."""
     texts = [null for _, null in NUMERIC_KEYS.values() if null]
     texts += [m for forms, _ in NUMERIC_KEYS.values() for f in forms for m in f.special.values()]
     named = {k for text in texts for k in _KEY_IN_TEXT.findall(text)}
@@ -91,7 +98,7 @@ def numeric_keys() -> list[str]:
 def test_every_numeric_key_lives_in_the_config() -> None:
     keys = [k for k in numeric_keys() if k.split(".")[0] not in MODEL_SECTIONS]
     missing = [k for k in keys if not lives(k) and k not in NOT_SHIPPED]
-    assert not missing, f"ranges.NUMERIC_KEYS names keys no shipped config has: {missing}"
+    assert not missing, f"a section's table of numbers names keys no shipped config has: {missing}"
     assert len(keys) > 50, "the table and the keys its texts name were read"
 
 
@@ -103,7 +110,7 @@ def test_the_keys_left_out_are_still_absent() -> None:
 
 def test_the_sections_checks_and_the_config_tree_name_exist() -> None:
     sections = _composed_sections()
-    needed = [s for s in _GROUPS_NEEDED if s not in MODEL_SECTIONS]
+    needed = [s for s in SECTIONS if s not in MODEL_SECTIONS]
     assert set(needed) <= sections, set(needed) - sections
     shown = [s for s in _TREE_ORDER if s not in MODEL_SECTIONS]
     assert set(shown) <= sections, set(shown) - sections

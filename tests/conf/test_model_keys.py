@@ -12,19 +12,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from helpers.config import model_of
 from xfmr.api.choices import model_key_problem
-from xfmr.checks import model_config
 from xfmr.errors import UserError
-from xfmr.nn.config import (
-    ModelConfig,
-    PosConfig,
-    default_of,
-    differences,
-    fine_tune_keys,
-    keys_table,
-    model_keys,
-    resume_keys,
-)
+from xfmr.nn.config import ModelConfig, PosConfig, default_of
+from xfmr.nn.model_keys import differences, fine_tune_keys, keys_table, model_keys, resume_keys
 from xfmr.paths import config_dir
 from xfmr.schema import model_schema
 
@@ -140,10 +132,10 @@ def test_a_config_saved_before_positions_moved_reads_the_same_model() -> None:
             "pos": {"name": "rotary", "max_positions": None},
         }
     )
-    read = model_config(old, vocab_size=9)
+    read = model_of(old, vocab_size=9)
     assert (read.pos.name, read.pos.max_positions, read.type_vocab_size) == ("rotary", None, 0)
     with pytest.raises(UserError, match="model.n_headz is not a model key"):
-        model_config(OmegaConf.create({"model": {"n_headz": 2}}), vocab_size=9)
+        model_of(OmegaConf.create({"model": {"n_headz": 2}}), vocab_size=9)
 
 
 def test_one_function_says_how_two_models_differ() -> None:

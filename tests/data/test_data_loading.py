@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 import xfmr.data.loading as loading
 from helpers import ROOT
 from xfmr.data.base import ExamplesDataModule
+from xfmr.data.config import MAX_AUTO_WORKERS, NUMBERS, auto_workers
 from xfmr.data.hf_stream import HFStreamingDataModule, StreamedExamples
-from xfmr.data.loading import MAX_AUTO_WORKERS, auto_workers, device_loading
+from xfmr.data.loading import device_loading
 from xfmr.data.order import TrainingLoader
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
@@ -74,12 +75,12 @@ def _loaders(module: L.LightningDataModule, trainer) -> tuple:
     ],
 )
 def test_auto_workers_share_this_process_s_cpus_among_its_devices(device, cpus, devices, workers):
-    assert auto_workers(device, cpus=cpus, local_world_size=devices) == workers
+    assert auto_workers(device.type, cpus=cpus, local_world_size=devices) == workers
 
 
 @pytest.mark.parametrize("module", [_examples, _text], ids=["examples", "text"])
 def test_batches_for_a_cuda_device_are_pinned_and_for_a_cpu_are_not(module, monkeypatch):
-    monkeypatch.setattr(loading, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loading, "cpu_cores", lambda: 16)
     train, val = _loaders(module(), _trainer(CUDA, num_devices=4))
     assert isinstance(train, TrainingLoader)
     assert (train.pin_memory, val.pin_memory) == (True, True)
@@ -90,7 +91,7 @@ def test_batches_for_a_cuda_device_are_pinned_and_for_a_cpu_are_not(module, monk
 
 
 def test_a_number_of_workers_is_kept_as_given(monkeypatch):
-    monkeypatch.setattr(loading, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loading, "cpu_cores", lambda: 16)
     for device in (CPU, CUDA):
         train, val = _loaders(_examples(num_workers=2), _trainer(device))
         assert (train.num_workers, val.num_workers) == (2, 2)
@@ -103,7 +104,7 @@ def test_without_a_trainer_batches_are_made_in_this_process():
 
 
 def test_a_stream_gets_no_more_workers_than_it_has_shards(monkeypatch):
-    monkeypatch.setattr(loading, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loading, "cpu_cores", lambda: 16)
     module = HFStreamingDataModule(source=None, kind="text", fields={})  # type: ignore[arg-type]
     module.collate_fn = list
     module.trainer = _trainer(CUDA)
@@ -120,10 +121,10 @@ def test_a_bad_num_workers_is_one_user_error_naming_the_key_and_what_is_valid(ba
         _text(num_workers=bad)
     assert str(built.value).startswith(says)
     with pytest.raises(UserError) as checked:  # the config check, before anything is built
-        check_numbers(OmegaConf.create({"data": {"num_workers": bad}}))
+        check_numbers("data", {"num_workers": bad}, NUMBERS)
     assert str(checked.value) == str(built.value)
-    check_numbers(OmegaConf.create({"data": {"num_workers": "auto"}}))
-    check_numbers(OmegaConf.create({"data": {"num_workers": 3}}))
+    check_numbers("data", {"num_workers": "auto"}, NUMBERS)
+    check_numbers("data", {"num_workers": 3}, NUMBERS)
 
 
 def _lightning_advice(trainer: L.Trainer, module: L.LightningDataModule) -> list[str]:
@@ -158,7 +159,7 @@ def test_lightning_s_advice_gives_way_to_one_line_when_xfmr_chose(monkeypatch, c
 
 
 def test_the_line_names_the_workers_and_the_device(monkeypatch, caplog):
-    monkeypatch.setattr(loading, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loading, "cpu_cores", lambda: 16)
     with caplog.at_level(logging.INFO, logger="xfmr"):
         device_loading(_trainer(CUDA, num_devices=4), "auto", training=True)
     assert caplog.messages == [

@@ -33,7 +33,8 @@ import pytest
 from helpers import ROOT
 from helpers.browser import browse, chromium
 from helpers.cli import started
-from xfmr.nn.config import ModelConfig, PosConfig, key_of
+from xfmr.nn.config import ModelConfig, PosConfig
+from xfmr.nn.key import key_of
 
 DOCS = ROOT / "docs"
 PNG = b"\x89PNG\r\n\x1a\n"

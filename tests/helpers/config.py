@@ -1,8 +1,9 @@
-"""The real config tree composed in process, for a test that calls `run_training(cfg)` itself."""
+"""The real config tree composed in process, for a test that calls `run_training(config)` itself."""
 
 from __future__ import annotations
 
 import inspect
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,15 @@ from helpers.runs import CORPUS, PEAK
 
 
 def compose_config(tmp_path: Path, overrides: list[str]):
-    """The real config tree composed for an in-process `run_training(cfg)`, resolved as the CLI
-    would (trainer.precision=auto chosen for this machine, as `check_config` does), outputs under
-    tmp_path; on a tiny text corpus the test writes unless `data=` is given."""
+    """The real config tree composed, read into a `RunConfig` and checked as the CLI does
+    (trainer.precision=auto chosen for this machine, ...), for an in-process
+    `run_training(config)`; outputs under tmp_path; on a tiny text corpus the test writes
+    unless `data=` is given. A config the CLI refuses raises its UserError."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from xfmr.checks import resolve_precision
+    from xfmr.config.make import run_config
     from xfmr.paths import config_dir
 
     corpus = tmp_path / "corpus.txt"
@@ -45,9 +47,7 @@ def compose_config(tmp_path: Path, overrides: list[str]):
                 *overrides,
             ],
         )
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    resolve_precision(resolved)
-    return resolved
+    return run_config(OmegaConf.to_container(cfg, resolve=True))
 
 
 def signature_defaults(target: Any) -> dict[str, Any]:
@@ -65,3 +65,40 @@ def signature_defaults(target: Any) -> dict[str, Any]:
         if not any(p.kind == p.VAR_KEYWORD for p in parameters):
             break
     return defaults
+
+
+def checked(cfg: Any):
+    """A composed config (a DictConfig or a dict) read into a `RunConfig` as the CLI reads it:
+    the checks, then what the run chooses itself; a refusal raises its UserError."""
+    from omegaconf import OmegaConf
+
+    from xfmr.config import RunConfig
+    from xfmr.config.make import run_config
+
+    if isinstance(cfg, RunConfig):  # compose_config's: checked already
+        return cfg
+    if not OmegaConf.is_config(cfg):
+        return run_config(cfg)
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    raw.pop("hydra", None)  # composed with Hydra's own config: its paths stand in a folder here
+    where = tempfile.mkdtemp(prefix="xfmr-checked-")
+    for key, value in (raw.get("paths") or {}).items():
+        if isinstance(value, str) and "${hydra:" in value:
+            value = value.replace("${hydra:runtime.cwd}", where)
+            raw["paths"][key] = value.replace("${hydra:runtime.output_dir}", f"{where}/run")
+    return run_config(OmegaConf.to_container(OmegaConf.create(raw), resolve=True))
+
+
+def model_of(cfg: Any, vocab_size: int):
+    """The model a composed config (DictConfig) describes, at `vocab_size`; a model key it
+    refuses raises its UserError."""
+    from omegaconf import OmegaConf
+
+    from xfmr.config import RunConfig
+    from xfmr.config.run import read_model
+
+    if isinstance(cfg, RunConfig):
+        return cfg.model.with_vocab(vocab_size)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    legacy = {"pos": OmegaConf.to_container(cfg.pos, resolve=True)} if "pos" in cfg else {}
+    return read_model({"model": model, **legacy}).with_vocab(vocab_size)

@@ -59,12 +59,12 @@ XFMR_COMMANDS = ("xfmr-train", "xfmr-eval", "xfmr-generate", "xfmr-average", "xf
                  "xfmr-attention", "xfmr-compare")  # fmt: skip
 # Where each command's work begins: replaced by a function that stops the command there.
 WORK = {
-    "xfmr-generate": ("xfmr.cli.generate", ["xfmr.cli.generate._generate"]),
-    "xfmr-eval": ("xfmr.cli.eval", ["xfmr.cli.eval._evaluate"]),
+    "xfmr-generate": ("xfmr.cli.generate", ["xfmr.runs.loading.load_run"]),
+    "xfmr-eval": ("xfmr.cli.eval", ["xfmr.runs.loading.load_run"]),
     "xfmr-average": ("xfmr.cli.average", ["xfmr.runs.averaging.average_checkpoints"]),
     "xfmr-export": (
         "xfmr.cli.export",
-        ["xfmr.runs.export.export_run", "xfmr.cli.export._export_hf"],
+        ["xfmr.runs.export.export_run", "xfmr.runs.export_hf.export_hf"],
     ),
     "xfmr-attention": ("xfmr.cli.attention", ["xfmr.runs.loading.load_run"]),
     "xfmr-compare": ("xfmr.cli.compare", ["xfmr.cli.compare.compare"]),
@@ -258,19 +258,18 @@ def leave_run(run_dir: Path, config) -> None:
     """The files of a finished run that the commands judge before torch loads: its config as
     composed, and empty files for its tokenizer and checkpoints (nothing reads inside them
     before torch loads): best, last and the periodic ones its callbacks would have kept."""
-    from omegaconf import OmegaConf
-
     from xfmr.run_dir import files
 
     checkpoints = run_dir / files.CHECKPOINT_DIR
     checkpoints.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, run_dir / files.CONFIG_FILE)
+    (run_dir / files.CONFIG_FILE).write_text(config.to_yaml())
     (run_dir / files.TOKENIZER_FILE).write_text("{}")
-    periodic = OmegaConf.select(config, "callbacks.periodic_checkpoint") or {}
-    every = periodic.get("every_n_train_steps") or 0
+    periodic = config.callbacks.get("periodic_checkpoint")
+    every = (periodic.get("every_n_train_steps") if periodic else 0) or 0
     steps = list(range(every, int(config.trainer.max_steps) + 1, every)) if every else []
     kept = steps[-int(periodic.get("save_top_k") or 0) :] if steps else []
-    names = [periodic.filename.format(step=step) + files.CHECKPOINT_SUFFIX for step in kept]
+    filename = periodic.get("filename") if periodic else ""
+    names = [filename.format(step=step) + files.CHECKPOINT_SUFFIX for step in kept]
     for name in [files.BEST_CHECKPOINT, files.LAST_CHECKPOINT, *names]:
         (checkpoints / name).write_bytes(b"")
 
@@ -322,7 +321,7 @@ def _check_run(overrides: list[str], config_dir: str | None) -> str | None:
 def _init_from_problem(config) -> str | None:
     """xfmr-train leaves an init_from it cannot read to the run, which names it once it loads
     it; the docs' commands name one that exists (a placeholder's or an earlier command's run)."""
-    init_from = str(config.get("init_from") or "")
+    init_from = str(config.init_from or "")
     if init_from and not init_from.startswith("hf:") and not Path(init_from).exists():
         return f"init_from={init_from!r} does not exist: no placeholder or earlier command made it"
     return None

@@ -62,7 +62,7 @@ def test_block_longer_than_checkpoint_positions_is_refused(tmp_path: Path) -> No
 
 
 def test_missing_checkpoint_files_are_named(tmp_path: Path) -> None:
-    from xfmr.parts.transfer import init_source
+    from xfmr.parts.sources import init_source
 
     with pytest.raises(UserError, match="config.json is missing"):
         init_source(f"hf:{tmp_path}")

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from xfmr.interop.hf_families import FAMILIES
-from xfmr.nn.config import ModelConfig, differences, resume_keys
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.model_keys import differences, resume_keys
 from xfmr.objectives import CausalLMObjective, Seq2SeqObjective
 
 pytestmark = pytest.mark.usefixtures("one_thread")

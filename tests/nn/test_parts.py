@@ -165,8 +165,8 @@ def test_an_attention_and_a_feed_forward_of_ones_own(own_parts: str, arch: str) 
 
 
 def test_a_part_that_is_no_class_is_refused_before_torch_builds_it() -> None:
-    from xfmr.checks import check_parts
     from xfmr.errors import UserError
+    from xfmr.nn.checks import check_parts
 
     config = ModelConfig(vocab_size=40, ffn={"_target_": "nowhere_at_all.Thing"})
     with pytest.raises(UserError, match=r"model.ffn._target_=nowhere_at_all.Thing: no such class"):

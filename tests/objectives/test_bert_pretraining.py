@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.config import compose_config
-from xfmr.checks import check_config
+from helpers.config import checked, compose_config
 from xfmr.data.documents import (
     IS_NEXT,
     NOT_NEXT,
@@ -159,7 +158,7 @@ def test_whole_word_masking_refuses_a_tokenizer_that_marks_no_words(tmp_path: Pa
         TokenMasker(whole_word=True).bind(tokenizer)
     cfg = compose_config(tmp_path, ["arch=encoder", "objective=mlm", "objective.whole_word=true"])
     with pytest.raises(UserError, match="objective.whole_word=true .* tokenizer=char marks none"):
-        check_config(cfg)
+        checked(cfg)
 
 
 # -- next-sentence pairs -----------------------------------------------------------------------
@@ -285,7 +284,7 @@ def test_mismatches_are_refused_by_name(tmp_path: Path, overrides: list[str], me
     )
     cfg = compose_config(tmp_path, ["arch=encoder", *overrides])
     with pytest.raises(UserError, match=message):
-        check_config(cfg)
+        checked(cfg)
 
 
 # -- runs --------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import signal
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from xfmr.errors import UserError
 from xfmr.run_dir.cluster import run_name, slurm_job_id, under_slurm
@@ -97,18 +96,19 @@ def test_the_shipped_run_directory_is_the_jobs_under_slurm(
 
 
 def test_the_requeue_signal_is_the_configs_or_submitits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xfmr.config.options import SlurmConfig
     from xfmr.training.slurm import requeue_plan
 
-    slurm = OmegaConf.create({"requeue_signal": "USR1", "requeue": True})
+    slurm = SlurmConfig.read({"requeue_signal": "USR1", "requeue": True})
     assert requeue_plan(slurm) is None  # not under SLURM
     _slurm(monkeypatch, SLURM_JOB_NAME="train")
     plan = requeue_plan(slurm)
     assert (plan.signal, plan.job, plan.requeue) == (signal.SIGUSR1, "77", True)
-    plan = requeue_plan(OmegaConf.create({"requeue_signal": "SIGUSR2", "requeue": False}))
+    plan = requeue_plan(SlurmConfig.read({"requeue_signal": "SIGUSR2", "requeue": False}))
     assert (plan.signal, plan.requeue) == (signal.SIGUSR2, False)
-    for bad in ("TERM", "INT", "KILL", "USR3", "0"):
+    for bad in ("TERM", "INT", "KILL", "USR3", "0"):  # refused when the config is read
         with pytest.raises(UserError, match=f"slurm.requeue_signal='{bad}'"):
-            requeue_plan(OmegaConf.create({"requeue_signal": bad, "requeue": True}))
+            SlurmConfig.read({"requeue_signal": bad, "requeue": True})
     # A submitit job answers submitit's signal, and submitit's handler requeues it.
     monkeypatch.setenv("SUBMITIT_FOLDER", "/tmp/submitit")
     plan = requeue_plan(slurm)
@@ -120,18 +120,16 @@ def test_the_requeue_signal_is_the_configs_or_submitits(monkeypatch: pytest.Monk
 def test_a_slurm_run_directory_is_taken_up_again_only_by_its_requeued_job(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from xfmr.cli.run_dir import check_not_rerun
+    from xfmr.run_dir.cluster import check_not_rerun
 
-    config = OmegaConf.create({"hydra": {"overrides": {"hydra": []}}})
     run_dir = tmp_path / "slurm-77"
     (run_dir / "checkpoints").mkdir(parents=True)
-    check_not_rerun(run_dir, config)  # not under SLURM: any directory resumes
+    check_not_rerun(run_dir, given=False)  # not under SLURM: any directory resumes
     _slurm(monkeypatch, SLURM_JOB_NAME="train")
     with pytest.raises(UserError, match="already holds a run of SLURM job 77"):
-        check_not_rerun(run_dir, config)
+        check_not_rerun(run_dir, given=False)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    check_not_rerun(run_dir, config)  # the requeued job resumes it
+    check_not_rerun(run_dir, given=False)  # the requeued job resumes it
     monkeypatch.delenv("SLURM_RESTART_COUNT")
-    check_not_rerun(tmp_path / "slurm-78", config)  # nothing there yet
-    given = OmegaConf.create({"hydra": {"overrides": {"hydra": [f"hydra.run.dir={run_dir}"]}}})
-    check_not_rerun(run_dir, given)  # a directory named on the command line resumes
+    check_not_rerun(tmp_path / "slurm-78", given=False)  # nothing there yet
+    check_not_rerun(run_dir, given=True)  # a directory named on the command line resumes

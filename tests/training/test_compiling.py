@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from xfmr.checks import compile_mode
+from xfmr.config.options import compile_mode
 from xfmr.errors import UserError
 from xfmr.training import compiling
 from xfmr.training.compiling import MAX_GRAPHS, CompiledStep

@@ -12,9 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers.cli import run_cli
-from helpers.config import compose_config
+from helpers.config import checked, compose_config, model_of
 from helpers.runs import TINY
-from xfmr.checks import check_config, model_config
 from xfmr.errors import UserError
 
 
@@ -34,7 +33,7 @@ def _pretrained(tmp_path: Path) -> Path:
 def _exported(tmp_path: Path) -> Path:
     """An xfmr-export file's header (the model config in its metadata), with no tensors."""
     cfg = compose_config(tmp_path, ["size=tiny"])
-    config = model_config(cfg, vocab_size=40).to_dict()
+    config = model_of(cfg, vocab_size=40).to_dict()
     header = json.dumps({"__metadata__": {"model_config": json.dumps(config)}}).encode()
     path = tmp_path / "model.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header)
@@ -54,7 +53,7 @@ def test_a_config_that_disagrees_with_what_was_trained_is_refused_naming_the_key
     out.mkdir()
     cfg = compose_config(out, ["size=small", f"init_from={pretrained}"])
     with pytest.raises(UserError) as refused:
-        check_config(cfg)
+        checked(cfg)
     message = str(refused.value)
     assert "\n" not in message
     assert f"init_from='{pretrained}' was trained as another model" in message
@@ -67,9 +66,9 @@ def test_what_fine_tuning_may_change_passes(tmp_path: Path) -> None:
     out = tmp_path / "fine"
     out.mkdir()
     changes = ["model.dropout=0.1", "model.tie_embeddings=false", "model.n_layers=3"]
-    check_config(compose_config(out, ["size=tiny", f"init_from={pretrained}", *changes]))
+    checked(compose_config(out, ["size=tiny", f"init_from={pretrained}", *changes]))
     with pytest.raises(UserError, match="model.activation: trained 'gelu' vs config 'relu'"):
-        check_config(
+        checked(
             compose_config(out, ["size=tiny", f"init_from={pretrained}", "model.activation=relu"])
         )
 
@@ -82,10 +81,10 @@ def test_the_objective_is_checked_against_the_configs_model_unless_hf_decides_it
     out.mkdir()
     mlm_on_a_decoder = ["size=tiny", "objective=mlm", "tokenizer=wordpiece"]
     with pytest.raises(UserError, match="objective=mlm cannot train arch=decoder"):
-        check_config(compose_config(out, [*mlm_on_a_decoder, f"init_from={pretrained}"]))
+        checked(compose_config(out, [*mlm_on_a_decoder, f"init_from={pretrained}"]))
     pytest.importorskip("transformers")
     # hf:PATH: the checkpoint decides the model (an encoder, say), which the run checks.
-    check_config(compose_config(out, [*mlm_on_a_decoder, f"init_from=hf:{tmp_path / 'bert'}"]))
+    checked(compose_config(out, [*mlm_on_a_decoder, f"init_from=hf:{tmp_path / 'bert'}"]))
 
 
 def test_xfmr_train_refuses_it_in_one_line_before_training(tmp_path: Path, corpus: Path) -> None:

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-import xfmr.checks
+import xfmr.devices
 from helpers.config import compose_config
-from xfmr.checks import check_precision, device_precision, resolve_precision
+from xfmr.config.trainer import TrainerConfig, device_precision
 from xfmr.errors import UserError
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -20,22 +19,22 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def _gpu(monkeypatch: pytest.MonkeyPatch, *, bf16: bool) -> None:
     """A machine with a CUDA GPU, bfloat16 or not, as the checks see it."""
-    monkeypatch.setattr(xfmr.checks, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setattr(xfmr.devices, "cuda_driver_loaded", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "Tesla T4")
 
 
-def _trainer(**trainer) -> OmegaConf:
-    return OmegaConf.create({"trainer": trainer})
+def _trainer(**settings) -> TrainerConfig:
+    return TrainerConfig.read({"_target_": "lightning.pytorch.Trainer", **settings})
 
 
 @pytest.mark.parametrize("accelerator", ["cpu", "auto"])
 def test_auto_is_32_true_on_a_cpu(accelerator: str) -> None:
     if accelerator == "auto" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    cfg = _trainer(accelerator=accelerator, precision="auto")
-    assert resolve_precision(cfg) == "32-true" and cfg.trainer.precision == "32-true"
+    trainer = _trainer(accelerator=accelerator, precision="auto")
+    assert trainer.resolved().precision == "32-true" and trainer.precision == "auto"
 
 
 @pytest.mark.parametrize(("bf16", "chosen"), [(True, "bf16-mixed"), (False, "16-mixed")])
@@ -49,14 +48,14 @@ def test_auto_on_a_gpu_is_bf16_where_it_has_bfloat16_else_fp16_with_loss_scaling
 
 
 def test_a_precision_given_is_kept() -> None:
-    cfg = _trainer(accelerator="cpu", precision="bf16-mixed")
-    assert resolve_precision(cfg) == "bf16-mixed" and cfg.trainer.precision == "bf16-mixed"
+    trainer = _trainer(accelerator="cpu", precision="bf16-mixed")
+    assert trainer.resolved().precision == "bf16-mixed"
 
 
 def test_bf16_on_a_gpu_without_it_is_refused_naming_fp16(monkeypatch) -> None:
     _gpu(monkeypatch, bf16=False)
     with pytest.raises(UserError) as refused:
-        check_precision(_trainer(accelerator="gpu", precision="bf16-mixed"))
+        _trainer(accelerator="gpu", precision="bf16-mixed").resolved()
     message = str(refused.value)
     assert "trainer.precision=bf16-mixed" in message and "16-mixed" in message
     assert "Tesla T4" in message and "\n" not in message
@@ -64,7 +63,7 @@ def test_bf16_on_a_gpu_without_it_is_refused_naming_fp16(monkeypatch) -> None:
 
 def test_an_unknown_precision_is_refused_naming_auto() -> None:
     with pytest.raises(UserError, match="'auto', '32-true', 'bf16-mixed'"):
-        check_precision(_trainer(accelerator="cpu", precision="fp8"))
+        _trainer(accelerator="cpu", precision="fp8")
 
 
 def _history(tmp_path: Path, *overrides: str) -> tuple[str, list[dict]]:

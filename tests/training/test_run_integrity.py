@@ -404,7 +404,7 @@ def test_init_from_hf_without_transformers_names_the_extra(tmp_path: Path) -> No
 
 
 def test_init_from_hf_checks_for_transformers_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xfmr.parts.transfer import init_source
+    from xfmr.parts.sources import init_source
 
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(UserError, match=r"pip install -e '\.\[hf\]'"):

@@ -19,9 +19,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.cli import run_cli
-from helpers.config import compose_config
+from helpers.config import checked, compose_config
 from helpers.runs import TinyRun, read_results
-from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import throughput
@@ -307,7 +306,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    check_config(cfg)
+    checked(cfg)
     return run_training(cfg)
 
 
@@ -418,9 +417,9 @@ def test_float16_on_a_cpu_is_refused_before_training_naming_bf16(tmp_path: Path,
 def test_float16_with_the_auto_accelerator_and_no_gpu_is_refused(tmp_path: Path) -> None:
     cfg = compose_config(tmp_path, ["trainer.precision=16-mixed", "trainer.accelerator=auto"])
     with pytest.raises(UserError, match="bf16-mixed"):
-        check_config(cfg)
+        checked(cfg)
     cfg.trainer.accelerator = "gpu"  # a GPU run asked for by name is the GPU's business
-    check_config(cfg)
+    checked(cfg)
 
 
 @pytest.mark.slow  # about 50 s on two busy cores with a cold compile cache, nearly all compiling

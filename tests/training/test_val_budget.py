@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from helpers.config import compose_config
 from xfmr.data.text import TextCorpusDataModule
@@ -68,6 +67,6 @@ def test_results_say_how_much_of_the_split_validation_read(tmp_path) -> None:
 
 def test_xfmr_eval_reads_the_whole_split_unless_asked(tmp_path) -> None:
     run = compose_config(tmp_path, ["data.val_batches=200"])
-    assert data_with_overrides(run, OmegaConf.create({})).val_batches is None
-    asked = data_with_overrides(run, OmegaConf.create({"val_batches": 5}))
-    assert asked.val_batches == 5
+    assert data_with_overrides(run, {}).get("val_batches") is None
+    asked = data_with_overrides(run, {"val_batches": 5})
+    assert asked.get("val_batches") == 5

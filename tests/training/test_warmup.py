@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
-from xfmr.checks import check_config
+from helpers.config import checked
 from xfmr.errors import UserError
 from xfmr.paths import config_dir
 from xfmr.ranges import warmup_length
@@ -38,7 +38,7 @@ def test_a_quick_run_of_an_experiment_needs_one_key(corpus) -> None:
     cfg = _compose(
         ["experiment=nanogpt_shakespeare_char", f"data.path={corpus}", "trainer.max_steps=30"]
     )
-    check_config(cfg)
+    checked(cfg)
     assert _warmup(cfg) == 2  # 0.05 of 30 steps, rounded
 
 
@@ -72,7 +72,7 @@ def test_every_warmup_of_the_lr_search_fits_a_20_step_trial(corpus) -> None:
                 f"schedule.warmup_ratio={ratio.strip()}",
             ]
         )
-        check_config(cfg)
+        checked(cfg)
         assert 1 <= _warmup(cfg) <= 2
 
 
@@ -88,10 +88,10 @@ def test_warmup_steps_set_by_a_person_win_and_are_refused_past_the_run(corpus) -
         ]
     )
     with pytest.raises(UserError, match=r"schedule.warmup_steps=50 .* trainer.max_steps=30"):
-        check_config(cfg)
+        checked(cfg)
 
 
 def test_noam_needs_a_warmup_in_either_form() -> None:
     cfg = _compose(["schedule=noam", "schedule.warmup_ratio=0"])
     with pytest.raises(UserError, match=r"schedule.warmup_ratio=0 with schedule=noam"):
-        check_config(cfg)
+        checked(cfg)

@@ -61,7 +61,8 @@ def model_key_problem(override: Override) -> str | None:
     from `ModelConfig`'s fields in one line; `pos.KEY=...`, the spelling from before positions
     moved under `model`, is answered with the new one. None when Hydra and the config check
     should judge it (a sweep's values, a key of a part of your own)."""
-    from xfmr.nn.config import model_keys, nearest_keys, unknown_key, value_problem
+    from xfmr.keys import nearest_keys, unknown_key
+    from xfmr.nn.model_keys import model_keys, value_problem
 
     key = override.key_or_group
     value = override.get_value_string() if not override.is_delete() else ""

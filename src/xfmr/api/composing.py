@@ -1,8 +1,10 @@
-"""Composing an experiment from Python as `xfmr-train` composes it from its arguments.
+"""Composing an experiment: `xfmr-train`'s arguments, or `xfmr.compose(...)`'s, into the run's
+typed config, made once and checked (`xfmr.config`).
 
 The same overrides, the same `--config-dir`, the same group-choice check, the same resolution
 of `paths.*` (which names `${hydra:...}`, answered here as Hydra's own main answers it) and the
-same `check_config`, so a config the command line refuses is refused here, with its message.
+same checks for the command line and Python, so a config the one refuses is refused by the
+other, with its message.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.api.choices import choice_problem, group_choices, not_a_choice
-from xfmr.checks import check_config
+from xfmr.config import RunConfig
+from xfmr.config.make import run_config
+from xfmr.config.origins import origins
 from xfmr.errors import UserError
 from xfmr.paths import config_dir as shipped_config_dir
 
@@ -32,27 +36,32 @@ class Experiment:
     """A composed and checked experiment: what `xfmr-train OVERRIDES` would train.
 
     Attributes:
-        config: the resolved config; `paths.output_dir` is the run directory. `xfmr.train`
-            trains a copy and checks it again, so edits made here are checked too.
+        config: the run's config (`xfmr.config.RunConfig`), typed, checked and resolved;
+            `config.paths.output_dir` is the run directory. Frozen: compose again with other
+            overrides to change it.
         overrides: the overrides it was composed from (results.json records them, and
             `xfmr.compare` reads its columns from them).
         config_dir: the directory of the person's own configs (`--config-dir`), if any.
+        run_dir_given: the run directory was named (`hydra.run.dir=`), not chosen.
     """
 
-    config: DictConfig
+    config: RunConfig
     overrides: tuple[str, ...] = ()
     config_dir: Path | None = field(default=None)
+    run_dir_given: bool = False
 
     @property
     def run_dir(self) -> Path:
         """Where it trains, `config.paths.output_dir`."""
-        return Path(str(self.config.paths.output_dir))
+        return self.config.run_dir
 
     def __repr__(self) -> str:
         return f"Experiment({' '.join(self.overrides) or 'defaults'} -> {self.run_dir})"
 
 
-def compose(*overrides: str, config_dir: str | Path | None = None) -> Experiment:
+def compose(
+    *overrides: str, config_dir: str | Path | None = None, unique_dir: bool | None = None
+) -> Experiment:
     """Compose and check an experiment from `xfmr-train`'s overrides.
 
     Args:
@@ -60,6 +69,8 @@ def compose(*overrides: str, config_dir: str | Path | None = None) -> Experiment
             `"optim.lr=1e-3"`, `"hydra.run.dir=runs/a"` (where the run goes; by default
             `outputs/train/runs/DATE_TIME` under the current directory, as the command line).
         config_dir: a directory of your own configs, as `xfmr-train --config-dir DIR`.
+        unique_dir: a default run directory that exists or was handed out already becomes
+            `DIR_2`, `_3`, ... (the default from Python; the command line keeps Hydra's).
 
     Raises:
         UserError: the command line's one-line message for a config it would refuse.
@@ -70,11 +81,13 @@ def compose(*overrides: str, config_dir: str | Path | None = None) -> Experiment
     problem = choice_problem(arguments, dirs)
     if problem:
         raise UserError(problem)
-    composed = _compose("train", arguments, extra, with_hydra=True)
+    composed = compose_hydra("train", arguments, extra, with_hydra=True)
     given_dir = any(a.startswith(RUN_DIR_OVERRIDE) for a in arguments)
-    resolved, task_overrides = _resolve(composed, unique_dir=not given_dir)
-    check_config(resolved)
-    return Experiment(resolved, tuple(task_overrides), extra)
+    values, task_overrides = _resolve(
+        composed, unique_dir=not given_dir and unique_dir is not False
+    )
+    config = run_config(values, origins(composed, dirs, task_overrides))
+    return Experiment(config, tuple(task_overrides), extra, given_dir)
 
 
 def _strings(overrides: Sequence[Any]) -> list[str]:
@@ -97,7 +110,7 @@ def tool_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
             choices = group_choices(group, [shipped_config_dir()])
             if value not in choices:
                 raise UserError(not_a_choice(group, value, choices))
-    return _compose(config_name, list(overrides), None, with_hydra=False)
+    return compose_hydra(config_name, list(overrides), None, with_hydra=False)
 
 
 def _config_dir(given: str | Path | None) -> Path | None:
@@ -109,36 +122,58 @@ def _config_dir(given: str | Path | None) -> Path | None:
     return path
 
 
-def _compose(
+def compose_hydra(
     config_name: str, overrides: list[str], extra: Path | None, *, with_hydra: bool
 ) -> DictConfig:
-    """Hydra's compose over the shipped configs (and `extra`, searched as --config-dir is);
-    Hydra's complaint as one line."""
+    """Hydra's compose over the shipped configs (and `extra`, searched where `--config-dir`
+    puts a directory: `hydra.searchpath`, after the shipped ones); Hydra's complaint as one
+    line, a key a section does not have as the section says it."""
     from hydra import compose as hydra_compose
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
-    search_path = create_config_search_path(str(shipped_config_dir()))
-    if extra is not None:  # where xfmr-train --config-dir puts it (hydra._internal.utils)
-        search_path.prepend(
-            provider="command-line", path=f"file://{extra}", anchor=SearchPathQuery("schema")
-        )
-    was_initialized = GlobalHydra.instance().is_initialized()
-    previous = GlobalHydra.instance().hydra if was_initialized else None
-    GlobalHydra.instance().clear()
+    searched = [f"hydra.searchpath=[file://{extra}]"] if extra is not None else []
     try:
-        Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=search_path)
-        return hydra_compose(config_name, overrides, return_hydra_config=with_hydra)
+        with initialize_config_dir(
+            config_dir=str(shipped_config_dir()), version_base="1.3", job_name=TASK_NAME
+        ):
+            return hydra_compose(
+                config_name, [*overrides, *searched], return_hydra_config=with_hydra
+            )
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"{e.__cause__}" if e.__cause__ is not None else ""
-        raise UserError(_one_line(f"{e}\n{cause}")) from None
-    finally:
-        GlobalHydra.instance().clear()
-        if previous is not None:
-            GlobalHydra.instance().initialize(previous)
+        message = _one_line(f"{e}\n{cause}")
+        missing = _missing_key(message, overrides)
+        if missing is not None and config_name == "train":
+            raise UserError(_refusal_of(missing, overrides, extra)) from None
+        raise UserError(message) from None
+
+
+def _missing_key(message: str, overrides: list[str]) -> str | None:
+    """The override whose key the config does not have (Hydra: "Could not override 'KEY'")."""
+    if not message.startswith("Could not override '"):
+        return None
+    key = message.split("'")[1]
+    return next((o for o in overrides if o.split("=", 1)[0] == key), None)
+
+
+def _refusal_of(override: str, overrides: list[str], extra: Path | None) -> str:
+    """What the run's config says of a key its section does not have: composed with the key
+    added (`+KEY=VALUE`), the section refuses it, naming the nearest keys; a key the section
+    takes (a keyword of its class that the config file leaves out) is added that way."""
+    key = override.split("=", 1)[0]
+    added = [f"+{o}" if o == override else o for o in overrides]
+    try:
+        composed = compose_hydra("train", added, extra, with_hydra=True)
+        values, _ = _resolve(composed, unique_dir=False, remember=False)
+        run_config(values)
+    except UserError as e:
+        if key in str(e):
+            return str(e)
+    return (
+        f"{key} is not in the composed config: its section takes it, so add it with "
+        f"+{override} (a key a group's file does not list)"
+    )
 
 
 def _one_line(message: str) -> str:
@@ -150,7 +185,9 @@ def _one_line(message: str) -> str:
     return f"{first} {said}" if said else first  # "Could not override 'x'. Key 'x' is not..."
 
 
-def _resolve(composed: DictConfig, *, unique_dir: bool) -> tuple[DictConfig, list[str]]:
+def _resolve(
+    composed: DictConfig, *, unique_dir: bool, remember: bool = True
+) -> tuple[dict[str, Any], list[str]]:
     """The job's config resolved as under Hydra's main: `${hydra:runtime.cwd}` is the current
     directory and `${hydra:runtime.output_dir}` the run directory (`hydra.run.dir`). Hydra's
     global config is put back afterwards."""
@@ -169,13 +206,23 @@ def _resolve(composed: DictConfig, *, unique_dir: bool) -> tuple[DictConfig, lis
         holder.set_config(composed)
         overrides = list(composed.hydra.overrides.task)
         job = OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"])
-        resolved = OmegaConf.create(OmegaConf.to_container(job, resolve=True))
+        values = OmegaConf.to_container(job, resolve=True)
     except OmegaConfBaseException as e:  # an interpolation or type error, as xfmr-train says
-        raise UserError(f"config: {e}".split("\n    full_key")[0]) from None
+        raise UserError(resolution_problem(e)) from None
     finally:
         holder.cfg = previous
-    _handed_out.add(run_dir)
-    return resolved, overrides
+    if remember:
+        _handed_out.add(run_dir)
+    return values, overrides
+
+
+def resolution_problem(error: BaseException) -> str:
+    """One line for an interpolation that failed: a person's mistake a resolver refused
+    (`${run_name:...}` and an id from the environment), or OmegaConf's own message."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, UserError):
+        cause = cause.__cause__ or cause.__context__
+    return str(cause) if cause is not None else f"config: {error}".split("\n    full_key")[0]
 
 
 def _unused(run_dir: Path) -> Path:

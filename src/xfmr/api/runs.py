@@ -1,18 +1,21 @@
 """A run directory as a Python object: what it says (status, results, history, config) and what
-the command line does with it (`xfmr-generate`, `-eval`, `-attention`, `-export`), through
-the same checks and the same code in `xfmr.runs`."""
+the command line does with it. `xfmr-generate`, `-eval`, `-attention`, `-export` and `-average`
+call these methods too: each sequence (find the run and its checkpoint, read its config, check
+what was asked, load it, write the result) is written here once, over `xfmr.runs`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from xfmr.api.composing import tool_config
+from xfmr.config import RunConfig
 from xfmr.errors import UserError
 from xfmr.generation.config import GenerationConfig, generation_settings
 from xfmr.run_dir.files import (
@@ -26,6 +29,15 @@ from xfmr.run_dir.files import (
     locate_run,
     run_directory,
 )
+
+# Where a command's progress goes: called with (total, description), a context manager that
+# gives a function taking how many were done (`xfmr.cli.keyvalue.progress` draws a bar).
+Progress = Callable[[int, str], AbstractContextManager[Callable[[int], None]]]
+
+
+@contextmanager
+def no_progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    yield lambda done: None
 
 
 class Run:
@@ -70,9 +82,9 @@ class Run:
         return self.results.get("metrics") or {}
 
     @property
-    def config(self) -> DictConfig:
-        """The resolved config it was trained with (config.yaml)."""
-        return OmegaConf.load(self.path / CONFIG_FILE)
+    def config(self) -> RunConfig:
+        """The config it was trained with (config.yaml), typed: `run.config.optim.lr`."""
+        return RunConfig.read(self.path / CONFIG_FILE)
 
     @property
     def overrides(self) -> list[str]:
@@ -91,9 +103,11 @@ class Run:
         self,
         text: str | Sequence[str],
         *,
-        generation: str = "greedy",
+        generation: str | Mapping[str, Any] = "greedy",
         checkpoint: str | Path | None = None,
         device: str = "cpu",
+        names: Sequence[str] | None = None,
+        progress: Progress = no_progress,
         **settings: Any,
     ) -> Any:
         """What the run writes for `text`, as `xfmr-generate` does: a decoder continues it, an
@@ -101,9 +115,12 @@ class Run:
 
         Args:
             text: one input, or a list of them.
-            generation: greedy, beam or sample (the `generation` group).
+            generation: greedy, beam or sample (the `generation` group), or a whole
+                `generation` section.
             checkpoint: best, last, averaged or a path; None: best, else last.
             device: cpu, cuda or auto.
+            names: what messages call each input (default "input", "input 0", ...).
+            progress: a bar over the inputs, when there are more than one batch of them.
             **settings: `generation.*` keys, e.g. `max_new_tokens=50`, `num_beams=4`.
 
         Returns:
@@ -114,23 +131,31 @@ class Run:
 
         texts = [text] if isinstance(text, str) else list(text)
         config, batch_size = _generation(generation, settings)
+        if names is None:
+            names = (
+                ["input"] if isinstance(text, str) else [f"input {i}" for i in range(len(texts))]
+            )
         run = self._load(checkpoint, device)
-        names = ["input"] if isinstance(text, str) else [f"input {i}" for i in range(len(texts))]
-        outputs = generate_texts(run, texts, names, config=config, batch_size=batch_size)
+        bar = progress(len(texts), "generating") if len(texts) > batch_size else nullcontext()
+        with bar as advance:
+            outputs = generate_texts(
+                run, texts, names, config=config, batch_size=batch_size, on_batch=advance
+            )
         answers = [hypotheses[0] if len(hypotheses) == 1 else hypotheses for hypotheses in outputs]
         return answers[0] if isinstance(text, str) else answers
 
     def evaluate(
         self,
         *,
-        data: dict[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
         checkpoint: str | Path | None = None,
-        generation: str = "greedy",
+        generation: str | Mapping[str, Any] = "greedy",
         device: str = "cpu",
         seed: int = 0,
         bleu: bool = True,
         by_position: bool | None = None,
         out: str | Path | None = None,
+        progress: Progress = no_progress,
         **settings: Any,
     ) -> dict[str, Any]:
         """`xfmr-eval`: loss, perplexity or the objective's metrics on the validation split
@@ -149,10 +174,10 @@ class Run:
 
         files = locate_run(self.path, checkpoint)
         config, batch_size = _generation(generation, settings)
-        data_config = data_with_overrides(self.config, OmegaConf.create(data or {}))
-        check_length(self.config, data_config)
-        scored_by_position = wants_by_position(by_position, self.config)
-        report_path = Path(out).expanduser() if out else self.path / EVAL_FILE
+        run_config = self.config
+        data_config = data_with_overrides(run_config, data or {})
+        check_length(run_config, data_config)
+        scored_by_position = wants_by_position(by_position, run_config)
         report = evaluation_report(
             self._load(files.checkpoint, device),
             data_config,
@@ -160,11 +185,16 @@ class Run:
             batch_size=batch_size,
             seed=seed,
             bleu=bleu,
-            report_path=report_path,
+            report_path=self.report_path(out),
             by_position=scored_by_position,
+            progress=progress,
         )
-        write_json(report_path, report)
+        write_json(self.report_path(out), report)
         return report
+
+    def report_path(self, out: str | Path | None = None) -> Path:
+        """Where `evaluate` writes its report: `out`, else RUN/eval.json."""
+        return Path(out).expanduser() if out else self.path / EVAL_FILE
 
     def attention(
         self,
@@ -183,8 +213,8 @@ class Run:
         from xfmr.runs.attention import attention_maps, save_heatmaps
 
         if not text:
-            raise UserError("input is not set: give the text whose attention to draw")
-        config, _ = _generation("greedy", settings)
+            raise UserError("input is not set: give input=TEXT, the text whose attention to draw")
+        config, _ = _generation(settings.pop("generation", "greedy"), settings)
         maps = attention_maps(self._load(checkpoint, device), text, config=config)
         if out is not None:
             save_heatmaps(maps, Path(out).expanduser())
@@ -200,17 +230,40 @@ class Run:
         """`xfmr-export`: the weights as .safetensors beside the tokenizer (default
         RUN/model.safetensors), or `format="hf"`, a folder transformers loads (default
         RUN/hf). Returns what was written."""
+        return Path(self.exported(out, format=format, checkpoint=checkpoint)["out"])
+
+    def exported(
+        self,
+        out: str | Path | None = None,
+        *,
+        format: str = "safetensors",
+        checkpoint: str | Path | None = None,
+    ) -> dict[str, Any]:
+        """`export`, and what it wrote: the file or folder (`out`), the checkpoint, and the
+        tensors (safetensors) or the HF class and files (hf)."""
         check_export_format(format)
         files = locate_run(self.path, checkpoint)
         if format == "hf":
             from xfmr.runs.export_hf import export_hf
 
             folder = Path(out).expanduser() if out else self.path / HF_FOLDER
-            return Path(export_hf(files.run_dir, folder, checkpoint=str(files.checkpoint))["out"])
+            return export_hf(files.run_dir, folder, checkpoint=str(files.checkpoint))
         from xfmr.runs.export import export_run
 
         target = Path(out).expanduser() if out else self.path / EXPORT_FILE
-        return Path(export_run(files, target)["out"])
+        return {**export_run(files, target), "checkpoint": str(files.checkpoint)}
+
+    def average(self, *, last: int = 5, out: str | Path | None = None) -> dict[str, Any]:
+        """`xfmr-average`: the mean of the run's `last` newest periodic checkpoints, written
+        to checkpoints/averaged.ckpt (or `out`); what was averaged, and where it went."""
+        from xfmr.run_dir.files import periodic_checkpoints
+
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise UserError(f"last={last!r} must be a positive integer (how many to average)")
+        periodic_checkpoints(self.path, at_least=last)
+        from xfmr.runs.averaging import average_checkpoints
+
+        return average_checkpoints(self.path, last=last, out=out)
 
     def _load(self, checkpoint: str | Path | None, device: str) -> Any:
         """The run loaded as `xfmr.runs.loading.load_run` loads it, kept while its checkpoint
@@ -233,10 +286,15 @@ def open_run(path: str | Path) -> Run:
     return Run(path)
 
 
-def _generation(choice: str, settings: dict[str, Any]) -> tuple[GenerationConfig, int]:
-    """The `generation` group's choice with `generation.*` settings, checked as the command
-    line checks them."""
-    section = tool_config("generate", [f"generation={choice}"]).generation
+def _generation(
+    choice: str | Mapping[str, Any], settings: dict[str, Any]
+) -> tuple[GenerationConfig, int]:
+    """The `generation` group's choice (or a whole section, as a command composed it) with
+    `generation.*` settings, checked as the command line checks them."""
+    if isinstance(choice, Mapping):
+        section = OmegaConf.create(dict(choice))
+    else:
+        section = tool_config("generate", [f"generation={choice}"]).generation
     try:
         section = OmegaConf.merge(section, settings)
     except OmegaConfBaseException:

@@ -2,7 +2,6 @@
 fit), taken by `xfmr-train` and `xfmr.train` alike, and what a notebook expects around it.
 
 In a notebook, `train`
-- trains a copy of the experiment's config, so the caller's stays as it was;
 - sets logging up for the run (its `train.log`, and the console when nothing else prints the
   log) and puts every logger it touched back afterwards;
 - draws the step bar with tqdm, which renders in Jupyter;
@@ -12,6 +11,7 @@ In a notebook, `train`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
@@ -20,13 +20,11 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
-
 from xfmr.api.composing import TASK_NAME, Experiment
 from xfmr.api.runs import Run
-from xfmr.checks import check_config
+from xfmr.config import RunConfig
 from xfmr.errors import RunFailed, RunInterrupted, UserError
-from xfmr.run_dir.files import CHECKPOINT_DIR, RESULTS_FILE, make_writable_dir
+from xfmr.run_dir.files import CHECKPOINT_DIR, DDP_LOG_DIR, RESULTS_FILE, make_writable_dir
 
 log = logging.getLogger("xfmr")
 
@@ -59,21 +57,9 @@ def train(experiment: Experiment) -> Run:
         raise UserError(
             f"train takes an experiment from xfmr.compose(...), not {type(experiment).__name__}"
         )
-    cfg = OmegaConf.create(OmegaConf.to_container(experiment.config))  # the caller's stays put
-    check_config(cfg)
-    if in_notebook():
-        notebook_progress_bar(cfg)
-    run_dir = Path(str(cfg.paths.output_dir))
-    made = not run_dir.exists()
-    make_writable_dir(run_dir, key="hydra.run.dir")
+    run_dir = experiment.run_dir
     try:
-        with run_logging(run_dir):
-            fit_checked(cfg, experiment.overrides)
-            log.info("run directory: %s", run_dir)
-    except UserError:
-        if made:
-            discard_unused(run_dir)
-        raise
+        run_experiment(experiment)
     except RunInterrupted as e:
         stopped = e.stopped or str(e).split("; resume with:")[0]
         error = RunInterrupted(f"{stopped}; train the same experiment again to resume it")
@@ -85,6 +71,32 @@ def train(experiment: Experiment) -> Run:
     return Run(run_dir)
 
 
+def run_experiment(experiment: Experiment) -> dict[str, Any] | None:
+    """The one path of `xfmr-train` and `xfmr.train`: the run directory judged and made,
+    logging set up, the run fitted; results.json's contents, or None on a rank that does not
+    write them. A run refused before it began leaves no directory it made behind."""
+    from xfmr.run_dir.cluster import check_not_rerun
+    from xfmr.run_dir.lock import global_rank
+
+    config = experiment.config
+    if in_notebook():
+        config = notebook_progress_bar(config)
+    run_dir, rank = config.run_dir, global_rank()
+    made = not run_dir.exists()
+    if rank == 0:
+        check_not_rerun(run_dir, given=experiment.run_dir_given)
+    make_writable_dir(run_dir, key="hydra.run.dir")
+    try:
+        with run_logging(run_dir, rank=rank):
+            results = fit(config, experiment.overrides)
+            log.info("run directory: %s", run_dir)
+    except UserError:
+        if made and rank == 0:
+            discard_unused(run_dir)
+        raise
+    return results
+
+
 def _opened(run_dir: Path) -> Run | None:
     """The run, if it got as far as writing its config."""
     try:
@@ -93,43 +105,25 @@ def _opened(run_dir: Path) -> Run | None:
         return None
 
 
-def fit_checked(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any] | None:
-    """Train the checked, resolved `cfg` in `cfg.paths.output_dir`, holding the directory's
+def fit(config: RunConfig, overrides: Sequence[str]) -> dict[str, Any] | None:
+    """Train the checked, resolved `config` in its run directory, holding the directory's
     lock, the one place it is taken for training: before torch loads, so one that another
     process trains in is refused at once (the other ranks of a run that torchrun or SLURM
-    launched train beside rank 0, which holds it). A complaint of Lightning's or of a builder
-    about a person's input becomes a UserError."""
+    launched train beside rank 0, which holds it). A complaint of Lightning's about a
+    person's input becomes a UserError."""
     from xfmr.run_dir.lock import hold_run_dir, is_global_rank_zero
 
-    run_dir = Path(cfg.paths.output_dir)
+    run_dir = config.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     with hold_run_dir(run_dir) if is_global_rank_zero() else nullcontext():
-        from hydra.errors import InstantiationException
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
         from xfmr.training.run import run_training  # torch and Lightning load only now
 
         try:
-            return run_training(cfg, overrides=list(overrides))
+            return run_training(config, overrides=list(overrides))
         except MisconfigurationException as e:
             raise UserError(f"trainer: {e}") from None
-        except InstantiationException as e:
-            if isinstance(e.__cause__, UserError):  # a builder's own one-line message
-                raise e.__cause__ from None
-            raise UserError(instantiation_problem(e)) from None
-
-
-def instantiation_problem(error: Exception) -> str:
-    """One line from Hydra's "Error in call to target ... full_key: KEY" message: the config
-    section and what its constructor said."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    section = next(
-        (line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), None
-    )
-    said = str(error.__cause__).strip() if error.__cause__ is not None else ""
-    if not said:
-        said = "; ".join(line for line in lines if not line.startswith("full_key:"))
-    return f"{section}: {' '.join(said.split())}" if section else " ".join(said.split())
 
 
 def discard_unused(path: Path) -> None:
@@ -153,23 +147,32 @@ def in_notebook() -> bool:
     return type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def notebook_progress_bar(cfg: DictConfig) -> None:
+def notebook_progress_bar(config: RunConfig) -> RunConfig:
     """The shipped step bar, drawn with tqdm instead of rich (which needs ipywidgets there);
     a bar of the person's own choosing is kept."""
-    bar = (cfg.get("callbacks") or {}).get("progress_bar")
-    if bar is not None and bar.get("_target_") == _RICH_BAR:
-        with open_dict(cfg):
-            bar._target_ = _NOTEBOOK_BAR
+    bar = config.callbacks.get("progress_bar")
+    if bar is None or bar.path != _RICH_BAR:
+        return config
+    entries = {
+        **config.callbacks.entries,
+        "progress_bar": dataclasses.replace(bar, path=_NOTEBOOK_BAR),
+    }
+    return config.replace(callbacks=dataclasses.replace(config.callbacks, entries=entries))
 
 
 @contextmanager
-def run_logging(run_dir: Path) -> Iterator[None]:
-    """Logging as `xfmr-train` sets it up under Hydra, for the block: INFO and up to
-    RUN_DIR/train.log and, unless the root logger already prints somewhere, to stdout. Every
-    logger's level, handlers, their filters and propagation are put back afterwards."""
+def run_logging(run_dir: Path, *, rank: int = 0) -> Iterator[None]:
+    """Logging for the block: INFO and up to RUN_DIR/train.log (another rank of a run that
+    torchrun or SLURM started: RUN_DIR/ddp/rankN.log, as xfmr's own DDP workers log) and,
+    unless the root logger already prints somewhere, to stdout. Every logger's level,
+    handlers, their filters and propagation are put back afterwards."""
     saved = [_logger_state(logging.getLogger(name)) for name in _LOGGERS]
     root = logging.getLogger()
-    added: list[logging.Handler] = [logging.FileHandler(run_dir / f"{TASK_NAME}.log")]
+    log_file = (
+        run_dir / f"{TASK_NAME}.log" if rank == 0 else run_dir / DDP_LOG_DIR / f"rank{rank}.log"
+    )
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    added: list[logging.Handler] = [logging.FileHandler(log_file)]
     added[0].setFormatter(logging.Formatter(_FILE_FORMAT))
     if not root.handlers:
         console = logging.StreamHandler(sys.stdout)

@@ -32,20 +32,21 @@ def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
     try:
         files = locate_run(cfg.run_dir, cfg.checkpoint)
-        settings, _ = generation_settings(cfg.generation)
-        if not cfg.input:
-            raise UserError("input is not set: give input=TEXT, the text whose attention to draw")
+        generation_settings(cfg.generation)
         out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / "attention"
-        from xfmr.runs.attention import attention_maps, save_heatmaps
-        from xfmr.runs.loading import load_run
+        from xfmr.api.runs import Run
 
-        run = load_run(files.run_dir, checkpoint=files.checkpoint, device=cfg.device)
-        maps = attention_maps(run, str(cfg.input), config=settings)
-        written = save_heatmaps(maps, out)
+        maps = Run(files.run_dir).attention(
+            str(cfg.input or ""),
+            checkpoint=files.checkpoint,
+            device=cfg.device,
+            out=out,
+            generation=cfg.generation,
+        )
     except UserError as e:
         fail(PROG, str(e))
     layers = len({(m.layer, m.kind) for m in maps})
-    print(f"wrote {len(written)} heatmaps ({layers} attention calls x heads) to {out}")
+    print(f"wrote {len(maps)} heatmaps ({layers} attention calls x heads) to {out}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ from xfmr.run_dir.files import (
     AVERAGED_CHECKPOINT,
     CHECKPOINT_DIR,
     PERIODIC_GLOB,
-    periodic_checkpoints,
-    run_directory,
 )
 
 PROG = "xfmr-average"
@@ -36,12 +34,9 @@ ENTRY = EntryPoint(
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
     try:
-        if not isinstance(cfg.last, int) or cfg.last < 1:
-            raise UserError(f"last={cfg.last!r} must be a positive integer (how many to average)")
-        periodic_checkpoints(run_directory(cfg.run_dir), at_least=cfg.last)
-        from xfmr.runs.averaging import average_checkpoints
+        from xfmr.api.runs import Run
 
-        result = average_checkpoints(cfg.run_dir, last=cfg.last, out=cfg.out)
+        result = Run(cfg.run_dir).average(last=cfg.last, out=cfg.out)
     except (UserError, DiskFull) as e:
         fail(PROG, str(e), code=1 if isinstance(e, DiskFull) else 2)
     averaged = ", ".join(f"{a['file']} (step {a['global_step']})" for a in result["averaged_from"])

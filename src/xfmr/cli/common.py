@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
 
 
 def fail(prog: str, message: str, code: int = 2) -> NoReturn:
@@ -13,8 +14,8 @@ def fail(prog: str, message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
-    """The resolved config as a rich tree, one branch per top-level section."""
+def print_config_tree(cfg: Mapping[str, Any], order: tuple[str, ...] = ()) -> None:
+    """A run's config (`RunConfig.to_dict`) as a rich tree, one branch per top-level section."""
     from rich import print as rprint
     from rich.syntax import Syntax
     from rich.tree import Tree
@@ -24,6 +25,6 @@ def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
     for key in keys:
         value = cfg[key]
         branch = tree.add(f"[bold]{key}[/bold]")
-        text = OmegaConf.to_yaml(value) if isinstance(value, DictConfig) else str(value)
+        text = yaml.safe_dump(value, sort_keys=False) if isinstance(value, Mapping) else str(value)
         branch.add(Syntax(text.rstrip(), "yaml", background_color="default"))
     rprint(tree)

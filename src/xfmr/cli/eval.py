@@ -12,14 +12,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from xfmr.cli.common import fail
-from xfmr.cli.keyvalue import EntryPoint, generation_settings, parse_args, progress
+from xfmr.cli.keyvalue import EntryPoint, parse_args, progress
 from xfmr.errors import DiskFull, UserError
-from xfmr.files import write_json
-from xfmr.run_dir.files import EVAL_FILE, RunFiles, locate_run
-from xfmr.runs.evaluation_data import check_length, data_with_overrides, wants_by_position
+from xfmr.run_dir.files import locate_run
 
 PROG = "xfmr-eval"
 ENTRY = EntryPoint(
@@ -37,27 +35,6 @@ ENTRY = EntryPoint(
     groups=("generation",),
     open_sections=("data",),
 )
-
-
-def _evaluate(
-    cfg: DictConfig, files: RunFiles, data_config: DictConfig, out: Path, by_position: bool
-) -> dict:
-    from xfmr.runs.evaluation import evaluation_report
-    from xfmr.runs.loading import load_run
-
-    settings, batch_size = generation_settings(cfg.generation)
-    run = load_run(files.run_dir, checkpoint=files.checkpoint, device=cfg.device)
-    return evaluation_report(
-        run,
-        data_config,
-        config=settings,
-        batch_size=batch_size,
-        seed=cfg.seed,
-        bleu=cfg.bleu,
-        report_path=out,
-        by_position=by_position,
-        progress=progress,
-    )
 
 
 def summary(report: dict) -> str:
@@ -103,20 +80,28 @@ def written(out: Path, report: dict) -> str:
 
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
+    from xfmr.api.runs import Run
+
     try:
-        files = locate_run(cfg.run_dir, cfg.checkpoint)
-        generation_settings(cfg.generation)
-        run_config = OmegaConf.load(files.config)
-        data_config = data_with_overrides(run_config, cfg.data)
-        check_length(run_config, data_config)
-        by_position = wants_by_position(cfg.by_position, run_config)
-        out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / EVAL_FILE
-        report = _evaluate(cfg, files, data_config, out, by_position)
-        write_json(out, report)
+        locate_run(cfg.run_dir, cfg.checkpoint)  # before anything loads
+        run = Run(cfg.run_dir)
+        report = run.evaluate(
+            data=OmegaConf.to_container(cfg.data, resolve=True)
+            if OmegaConf.is_config(cfg.data)
+            else cfg.data,
+            checkpoint=cfg.checkpoint,
+            generation=cfg.generation,
+            device=cfg.device,
+            seed=cfg.seed,
+            bleu=cfg.bleu,
+            by_position=cfg.by_position,
+            out=cfg.out,
+            progress=progress,
+        )
     except (UserError, DiskFull) as e:
         fail(PROG, str(e), code=1 if isinstance(e, DiskFull) else 2)
     print(summary(report))
-    print(written(out, report))
+    print(written(run.report_path(cfg.out), report))
 
 
 if __name__ == "__main__":

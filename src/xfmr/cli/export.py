@@ -7,12 +7,11 @@ Arguments and the run directory are checked before torch loads.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args
 from xfmr.errors import UserError
-from xfmr.run_dir.files import EXPORT_FILE, HF_FOLDER, check_export_format, locate_run
+from xfmr.run_dir.files import EXPORT_FILE, check_export_format, locate_run
 
 PROG = "xfmr-export"
 ENTRY = EntryPoint(
@@ -30,29 +29,23 @@ ENTRY = EntryPoint(
 
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
+    from xfmr.api.runs import Run
+
     try:
         check_export_format(cfg.format)
-        files = locate_run(cfg.run_dir, cfg.checkpoint)
-        if cfg.format == "hf":
-            return _export_hf(cfg, files)
-        out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / EXPORT_FILE
-        from xfmr.runs.export import export_run
-
-        result = export_run(files, out)
+        files = locate_run(cfg.run_dir, cfg.checkpoint)  # before anything loads
+        result = Run(files.run_dir).exported(
+            cfg.out, format=cfg.format, checkpoint=files.checkpoint
+        )
     except UserError as e:
         fail(PROG, str(e))
+    if cfg.format == "hf":
+        print(f"exported {result['checkpoint']} as {result['hf_class']}")
+        print(f"wrote {result['out']}: {', '.join(result['files'])}")
+        return
     tied = ", ".join(f"{a} -> {b}" for a, b in result["tied"].items()) or "none"
-    print(f"exported {result['tensors']} tensors of {files.checkpoint} (tied: {tied})")
+    print(f"exported {result['tensors']} tensors of {result['checkpoint']} (tied: {tied})")
     print(f"wrote {result['out']} (tokenizer: {result['tokenizer']})")
-
-
-def _export_hf(cfg, files) -> None:
-    out = Path(str(cfg.out)).expanduser() if cfg.out else files.run_dir / HF_FOLDER
-    from xfmr.runs.export_hf import export_hf
-
-    result = export_hf(files.run_dir, out, checkpoint=str(files.checkpoint))
-    print(f"exported {result['checkpoint']} as {result['hf_class']}")
-    print(f"wrote {result['out']}: {', '.join(result['files'])}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Arguments, the run directory and `generation.*` are checked before torch loads.
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -57,25 +56,11 @@ def read_inputs(cfg: DictConfig) -> tuple[list[str], list[str]]:
     return lines, [f"{path}:{number}" for number in range(1, len(lines) + 1)]
 
 
-def _generate(cfg: DictConfig, texts: list[str], names: list[str]) -> list[list[str]]:
-    """The outputs for each input (n_best of them), from the heavy parts imported only now."""
-    from xfmr.runs.inference import generate_texts
-    from xfmr.runs.loading import load_run
-
-    settings, batch_size = generation_settings(cfg.generation)
-    run = load_run(cfg.run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
-    bar = progress(len(texts), "generating") if len(texts) > batch_size else nullcontext()
-    with bar as advance:
-        return generate_texts(
-            run, texts, names, config=settings, batch_size=batch_size, on_batch=advance
-        )
-
-
-def print_outputs(outputs: list[list[str]]) -> None:
+def print_outputs(outputs: list[str | list[str]]) -> None:
     """One line per input; with n_best > 1, numbered hypotheses and a blank line between inputs."""
     for index, hypotheses in enumerate(outputs):
-        if len(hypotheses) == 1:
-            print(hypotheses[0])
+        if isinstance(hypotheses, str):
+            print(hypotheses)
             continue
         if index:
             print()
@@ -89,7 +74,16 @@ def main() -> None:
         locate_run(cfg.run_dir, cfg.checkpoint)
         generation_settings(cfg.generation)
         texts, names = read_inputs(cfg)
-        outputs = _generate(cfg, texts, names)
+        from xfmr.api.runs import Run
+
+        outputs = Run(cfg.run_dir).generate(
+            texts,
+            generation=cfg.generation,
+            checkpoint=cfg.checkpoint,
+            device=cfg.device,
+            names=names,
+            progress=progress,
+        )
     except UserError as e:
         fail(PROG, str(e))
     print_outputs(outputs)

@@ -1,5 +1,11 @@
 """`xfmr-train`: compose an experiment from config groups and train it.
 
+A run goes through `xfmr.api`, as `xfmr.train(xfmr.compose(...))` does: its config is composed,
+read once into a typed `RunConfig` and checked (a refusal is one line, before anything is
+printed or built), then trained. `--check` stops after the checks and prints the config the run
+would train with. A sweep (`-m`) and Hydra's own flags (`--cfg`, `--info`, ...) go through
+Hydra's main, each job of a sweep through the same `xfmr.api` path.
+
 Only Hydra and OmegaConf load before the config is checked, so `--help` and mistakes are fast.
 """
 
@@ -11,17 +17,15 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, OmegaConf
 
-from xfmr.checks import check_config
 from xfmr.cli.common import fail, print_config_tree
-from xfmr.cli.run_dir import discard_unused_run_dir
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.paths import config_dir
 from xfmr.schema import SCHEMA_GROUP, SCHEMA_NAME
 
 PROG = "xfmr-train"
+CHECK_FLAG = "--check"
 _TREE_ORDER = (
     "model",
     "data",
@@ -31,83 +35,71 @@ _TREE_ORDER = (
     "schedule",
     "trainer",
 )
+# Hydra's flags that ask it to print something or to run a sweep: Hydra's main answers them.
+_HYDRA_ONLY = (
+    "hydra_help", "cfg", "resolve", "package", "multirun", "shell_completion", "config_path",
+    "config_name", "experimental_rerun", "info",
+)  # fmt: skip
 log = logging.getLogger("xfmr")
 
 
+def train_run(args: argparse.Namespace, *, check_only: bool) -> None:
+    """One run, through `xfmr.api`: composed and checked, printed, trained; exits non-zero with
+    one line on a refusal (2), a failed run (1) or an interrupted one (130, the shell's code
+    for a job stopped by a signal)."""
+    from xfmr.api.composing import compose
+    from xfmr.api.training import run_experiment
+
+    try:
+        experiment = compose(*args.overrides, config_dir=args.config_dir, unique_dir=False)
+    except UserError as e:
+        fail(PROG, str(e))
+    if check_only:
+        print(experiment.config.to_yaml(), end="")
+        return
+    if experiment.config.print_config:
+        print_config_tree(experiment.config.to_dict(), _TREE_ORDER)
+    try:
+        run_experiment(experiment)
+    except UserError as e:
+        fail(PROG, str(e))
+    except RunFailed as e:  # results.json says so too; the exit code tells a script or sweep
+        fail(PROG, str(e), code=1)
+    except RunInterrupted as e:
+        fail(PROG, str(e), code=130)
+
+
 def train_job(cfg: DictConfig) -> float | None:
-    """One Hydra job: check, train, and return the optimized metric. A module-level function,
-    so xfmr's launcher can send it to the child process a sweep's job runs in."""
+    """One job of a sweep (Hydra's task function): its config made and checked, the run
+    trained, the optimized metric returned. A module-level function, so xfmr's launcher can
+    send it to the child process a sweep's job runs in."""
     from hydra.core.hydra_config import HydraConfig
 
-    from xfmr.api.training import fit_checked
+    from xfmr.api.jobs import job_config
+    from xfmr.api.training import fit
 
     hydra_cfg = HydraConfig.get()
     # Unresolved: an override may itself be an interpolation ("a=${b}").
     overrides = list(OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False))
     try:
-        check_config(cfg)
-        name_sweep_runs(cfg, hydra_cfg)
-        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-        attach_trial(resolved, hydra_cfg)
-        if cfg.get("print_config", True):
-            print_config_tree(resolved, _TREE_ORDER)
-        results = fit_checked(resolved, overrides)
+        config = job_config(cfg, hydra_cfg, overrides)
+        if config.print_config:
+            print_config_tree(config.to_dict(), _TREE_ORDER)
+        results = fit(config, overrides)
     except UserError as e:
-        discard_unused_run_dir()
         fail(PROG, str(e))
-    except RunFailed as e:  # results.json says so too; the exit code tells a script or sweep
+    except RunFailed as e:
         fail(PROG, str(e), code=1)
-    except RunInterrupted as e:  # 130: the shell's code for a job stopped by a signal
+    except RunInterrupted as e:
         fail(PROG, str(e), code=130)
-    except OmegaConfBaseException as e:  # an interpolation or type error in the composed config
-        discard_unused_run_dir()
-        fail(PROG, f"config: {e}".split("\n    full_key")[0])
-    log.info("run directory: %s", resolved.paths.output_dir)
-    metric = cfg.get("optimized_metric")
+    log.info("run directory: %s", config.run_dir)
+    metric = config.optimized_metric
     return results["metrics"].get(metric) if metric and results else None
 
 
 _train_app = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")(
     train_job
 )
-
-
-def attach_trial(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
-    """In a search, the job's `trial` section names the study trial it reports to (saved in
-    the run's config, so DDP workers and a reader of the run see it too)."""
-    from xfmr.sweeps.trial import trial_of_job
-
-    trial = trial_of_job(hydra_cfg, metric=str(cfg.get("optimized_metric") or "val/loss"))
-    if trial is not None:
-        with open_dict(cfg):
-            cfg.trial = trial
-
-
-def name_sweep_runs(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
-    """In a multirun each job is one run of its sweep in every dashboard: a wandb run in the
-    sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job number;
-    named after the job's overrides."""
-    from hydra.types import RunMode
-
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return
-    from xfmr.sweeps.names import sweep_name
-
-    sweep = sweep_name(hydra_cfg)
-    job_name = hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}"
-    loggers = cfg.get("logger") or {}
-    with open_dict(cfg):
-        if loggers.get("wandb") is not None:
-            loggers.wandb.group = loggers.wandb.get("group") or sweep
-            loggers.wandb.name = loggers.wandb.get("name") or job_name
-        if loggers.get("mlflow") is not None:
-            loggers.mlflow.experiment_name = sweep
-            loggers.mlflow.run_name = loggers.mlflow.get("run_name") or job_name
-            loggers.mlflow.tags = {
-                **(loggers.mlflow.get("tags") or {}),
-                "xfmr.sweep": sweep,
-                "xfmr.job": str(hydra_cfg.job.num),
-            }
 
 
 def check_group_choices(argv: list[str], conf: Path) -> None:
@@ -205,12 +197,38 @@ def _groups(config_dirs: list[Path], parent: str = "") -> set[str]:
 
 def main() -> None:
     argv = sys.argv[1:]
-    check_group_choices(argv, config_dir())
+    check_only = CHECK_FLAG in argv
+    argv = [arg for arg in argv if arg != CHECK_FLAG]
     text = help_text(argv, config_dir())
     if text is not None:
         print(text)
         return
+    parsed = _hydra_args(argv)
+    if parsed is not None and not parsed[1] and not parsed[0].help:
+        args = parsed[0]
+        if not any(getattr(args, flag) for flag in _HYDRA_ONLY):
+            train_run(args, check_only=check_only)
+            return
+        if check_only:
+            fail(
+                PROG,
+                f"{CHECK_FLAG} checks one run: give it overrides (and --config-dir), not -m "
+                "or Hydra's own flags",
+            )
+        if args.cfg and not args.multirun and args.config_path is None and args.config_name is None:
+            check_first(args)  # --cfg prints only a config the run would take
+    check_group_choices(argv, config_dir())
     _train_app()
+
+
+def check_first(args: argparse.Namespace) -> None:
+    """The checks a run would make, before Hydra prints its config (`--cfg job`)."""
+    from xfmr.api.composing import compose
+
+    try:
+        compose(*args.overrides, config_dir=args.config_dir, unique_dir=False)
+    except UserError as e:
+        fail(PROG, str(e))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ and Lightning's advice with it.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -25,15 +24,15 @@ from typing import TYPE_CHECKING
 import torch
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
+from xfmr.data.config import MAX_AUTO_WORKERS, auto_workers
 from xfmr.data.settings import AUTO_WORKERS
+from xfmr.devices import cpu_cores
 
 if TYPE_CHECKING:
     import lightning as L
 
 log = logging.getLogger("xfmr")
 
-# Random windows of a memory-mapped token stream are cheap to batch: a few workers keep up.
-MAX_AUTO_WORKERS = 4
 # Lightning's warning (lightning.pytorch.trainer.connectors.data_connector._worker_check).
 _FEW_WORKERS = "The '{}' does not have many workers"
 
@@ -44,23 +43,6 @@ class Loading:
 
     num_workers: int
     pin_memory: bool
-
-
-def cpus_available() -> int:
-    """The CPUs this process may run on (its affinity, where the system has one: a job
-    scheduler's share, not the machine's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def auto_workers(device: torch.device, *, cpus: int, local_world_size: int) -> int:
-    """`data.num_workers=auto`: none off CUDA (a CPU's cores train the model; workers would
-    compete with them); on CUDA, this process's share of the CPUs (`cpus` over the processes
-    training on this machine) less one for the training process, at most `MAX_AUTO_WORKERS`."""
-    if device.type != "cuda":
-        return 0
-    return max(0, min(MAX_AUTO_WORKERS, cpus // max(1, local_world_size) - 1))
 
 
 def device_loading(
@@ -75,8 +57,8 @@ def device_loading(
     _quiet_few_workers("train_dataloader" if training else "val_dataloader", quiet=chosen)
     if not chosen:
         return Loading(int(num_workers), pin_memory)
-    cpus, local = cpus_available(), trainer.num_devices if trainer is not None else 1
-    workers = auto_workers(device, cpus=cpus, local_world_size=local)
+    cpus, local = cpu_cores(), trainer.num_devices if trainer is not None else 1
+    workers = auto_workers(device.type, cpus=cpus, local_world_size=local)
     shards = most if most is not None and most < workers else None  # the stream's, when fewer
     if shards is not None:
         workers = shards

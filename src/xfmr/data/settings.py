@@ -1,5 +1,6 @@
 """What a data group's settings must hold, checked before anything heavy loads: by
-`xfmr.checks` on the composed config, and by the data modules themselves when built directly.
+`xfmr.data.config` when the run's config is read, and by the data modules themselves when built
+directly.
 Nothing here imports torch."""
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from torch import nn
 
 from xfmr.interop.hf_families import Family, families_of_model, family_of, family_of_config
 from xfmr.interop.hf_weights import Source, copy_weights, read_table
-from xfmr.nn.config import ModelConfig, differences, resume_keys
+from xfmr.nn.config import ModelConfig
+from xfmr.nn.model_keys import differences, resume_keys
 from xfmr.run_dir.files import HF_CONFIG_FILE
 
 __all__ = [

@@ -16,7 +16,7 @@ from torch import nn
 
 from xfmr.interop import hf_configs as configs
 from xfmr.interop.hf_weights import Table, bert_table, gpt2_table, llama_table, t5_table
-from xfmr.nn.config import ModelConfig, default_of, exporting_keys
+from xfmr.nn.config import ModelConfig, default_of
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.heads import (
     EncoderMaskedLM,
@@ -26,6 +26,7 @@ from xfmr.nn.heads import (
     SpanExtraction,
     TokenClassification,
 )
+from xfmr.nn.model_keys import exporting_keys
 from xfmr.nn.models import CausalLM
 
 _PLAIN = ("gelu", "gelu_tanh", "relu")  # BERT's and GPT-2's `hidden_act` / `activation_function`

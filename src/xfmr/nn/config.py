@@ -1,12 +1,17 @@
 """The shape of a model: `ModelConfig`, the one place a model key is stated.
 
-Each field carries what the key is for (`Key`: a one-line doc with its paper, the architectures
-that read it, whether a fine-tune may change it, whether every value exports to Hugging Face),
-and every other table derives from the fields: the keys an architecture ignores
-(`arch_only_keys`), the keys an `init_from` run may change (`fine_tune_keys`), the keys an
-export family need not list (`xfmr.interop.hf_families`), the table of model keys in
-docs/architectures.md (`keys_table`), Hydra's schema of the `model` section (`xfmr.schema`), and
-how two configs differ (`differences`). Adding a key is one field here and the module that reads it.
+Each field carries what the key is for (`xfmr.nn.key.Key`: a one-line doc with its paper, the
+architectures that read it, whether a fine-tune may change it, whether every value exports to
+Hugging Face), and every other table derives from the fields (`xfmr.nn.model_keys`): the keys an
+architecture ignores, the keys an `init_from` run may change, the keys an export family need not
+list (`xfmr.interop.hf_families`), the table of model keys in docs/architectures.md, Hydra's
+schema of the `model` section (`xfmr.schema`); and how two configs differ (`differences`, here).
+Adding a key is one field here and the module that reads it.
+
+A run's config holds the model as configured: `ModelConfig.from_section` checks the `model`
+section once, with no vocabulary yet (`vocab_size` None: the run sets it from the tokenizer,
+`with_vocab`), and `settings` gives the section back as it was given (`d_ff: null` stays null,
+so a width chosen later for `target_params` still derives it).
 
 Parts a person plugs in from their own configs (a positional scheme, an attention, a
 feed-forward) are named by `_target_` in `model.pos`, `model.attention` and `model.ffn`; the
@@ -17,13 +22,24 @@ This module imports no torch, so the CLI can check a composed config before anyt
 
 from __future__ import annotations
 
-import difflib
-import math
-from dataclasses import MISSING, Field, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-ARCHS = ("decoder", "encoder", "encoder_decoder", "rnn")
-TRANSFORMER_ARCHS = ("decoder", "encoder", "encoder_decoder")
+from xfmr.keys import unknown_key
+from xfmr.nn.key import (
+    ARCHS,
+    TRANSFORMER_ARCHS,
+    Key,
+    check_choice,
+    check_types,
+    default,
+    key,
+    key_of,
+    yaml_text,
+)
+
+__all__ = ["ARCHS", "TRANSFORMER_ARCHS", "ModelConfig", "PosConfig", "default_of", "width_step"]
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none", *NORMS)
 PLACEMENTS = ("pre", "post")
@@ -50,45 +66,6 @@ TARGET = "_target_"  # the key that names a plugged-in part's class, as Hydra sp
 
 
 @dataclass(frozen=True)
-class Key:
-    """What one model key is for, declared on its field.
-
-    Args:
-        doc: one line, with the paper it comes from.
-        archs: the architectures that read it; a value other than the default for another
-            architecture is refused (`ModelConfig.check_applies`).
-        fine_tune: a run started `init_from` another may change it (regularisation, depth,
-            vocabulary, a table's size); every other key must agree with the source.
-        exports: every value exports to each Hugging Face family (sizes, rates); otherwise a
-            family exports the values it lists (`xfmr.interop.hf_families`), and a family
-            that does not list the key exports its default only.
-        choices: the valid values of a string key.
-        resume: a resumed run may change it: it changes how the model computes, not its
-            parameters or what it computes, or how the width is chosen (`target_params`: the
-            width chosen is compared itself) (`resume_keys`).
-    """
-
-    doc: str
-    archs: tuple[str, ...] = ARCHS
-    fine_tune: bool = False
-    exports: bool = False
-    choices: tuple[str, ...] = ()
-    resume: bool = False
-
-
-def key(default: Any = MISSING, doc: str = "", **facts: Any) -> Any:
-    """A model field: its default and its `Key`."""
-    meta = {"key": Key(doc, **facts)}
-    if isinstance(default, dict | list):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def key_of(f: Field) -> Key:
-    return f.metadata["key"]
-
-
-@dataclass
 class PosConfig:
     """The positional scheme (`model.pos`): `name` picks the class from
     `xfmr.nn.positions.POSITIONS`, or `_target_` names one of your own (`xfmr.nn.parts`)."""
@@ -116,16 +93,16 @@ class PosConfig:
     options: dict[str, Any] = key({}, "your scheme's own arguments, beside `_target_` in YAML")
 
     def __post_init__(self) -> None:
-        _check_types("pos.", self)
+        check_types("pos.", self)
         if self.target is None:
-            _check_choice("pos.name", self.name, POS_NAMES)
+            check_choice("pos.name", self.name, POS_NAMES)
         if self.max_positions is not None and self.max_positions < 1:
             raise ValueError(
                 f"pos.max_positions={self.max_positions} must be a positive integer, or null"
             )
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> PosConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> PosConfig:
         """From `model.pos` as YAML spells it: with `_target_`, the keys that are not fields
         are the scheme's own options."""
         values = dict(values)
@@ -133,7 +110,7 @@ class PosConfig:
         known = {f.name for f in fields(cls)} - {"target", "options"}
         options = {**values.pop("options", {}), **{k: values.pop(k) for k in set(values) - known}}
         if options and target is None:
-            _refuse_unknown("model.pos", sorted(options), known)
+            raise ValueError(unknown_key("model.pos", sorted(options)[0], known))
         return cls(**values, target=target, options=options)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,17 +124,18 @@ class PosConfig:
         return self.name in EXTENDING_POSITIONS or self.target is not None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything that decides a model's parameters and forward pass.
 
-    `vocab_size` is known only once the tokenizer exists, so builders pass it in. A key that
-    some architectures do not read says which do (`Key.archs`); a config check refuses it set
-    for another (`check_applies`), and `differences` does not count it.
+    `vocab_size` is known only once the tokenizer exists: None in a run's config as
+    configured, set by the run before anything is built (`with_vocab`). A key that some
+    architectures do not read says which do (`Key.archs`); a config check refuses it set for
+    another (`check_applies`), and `differences` does not count it.
     """
 
-    vocab_size: int = key(
-        doc="the tokenizer's vocabulary; set by the run", fine_tune=True, exports=True
+    vocab_size: int | None = key(
+        None, "the tokenizer's vocabulary; set by the run", fine_tune=True, exports=True
     )
     arch: str = key("decoder", "what is built (the arch group)", exports=True, choices=ARCHS)
     n_layers: int = key(
@@ -274,27 +252,30 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.pos, dict):
-            self.pos = PosConfig.from_dict(self.pos)
-        _check_types("", self)
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        object.__setattr__(self, "_given", given)  # `settings`: the section as given
+        if isinstance(self.pos, Mapping):
+            object.__setattr__(self, "pos", PosConfig.from_dict(self.pos))
+        check_types("", self)
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.n_decoder_layers is None:
-            self.n_decoder_layers = self.n_layers
+            object.__setattr__(self, "n_decoder_layers", self.n_layers)
         for f in fields(self):
             if key_of(f).choices:
-                _check_choice(f.name, getattr(self, f.name), key_of(f).choices)
+                check_choice(f.name, getattr(self, f.name), key_of(f).choices)
         for name in ("attention", "ffn"):
             part = getattr(self, name)
             if part is not None and not (isinstance(part, dict) and part.get(TARGET)):
                 raise ValueError(f"{name}={part!r} must be null or name a class in `_target_`")
         for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff", "n_decoder_layers"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.d_model % self.n_heads and self.arch != "rnn":  # an RNN has no heads
+            divisors = [d for d in range(1, self.d_model + 1) if self.d_model % d == 0]
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
-                f"choose n_heads among {divisors(self.d_model)}"
+                f"choose n_heads among {divisors}"
             )
         if self.target_params is not None and self.target_params < 1:
             raise ValueError(
@@ -358,33 +339,69 @@ class ModelConfig:
         return start * self.d_model**0.5 if self.embed_scale else start
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> ModelConfig:
         """Build from a plain dict (a saved config or checkpoint); an unknown key is an error
         naming the nearest keys."""
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
-            _refuse_unknown("model", unknown, [f.name for f in fields(cls)])
+            raise ValueError(unknown_key("model", unknown[0], [f.name for f in fields(cls)]))
         return cls(**{**values, "pos": PosConfig.from_dict(values.get("pos") or {})})
 
     @classmethod
-    def from_settings(cls, values: dict[str, Any], *, vocab_size: int) -> ModelConfig:
+    def from_settings(cls, values: Mapping[str, Any], *, vocab_size: int | None) -> ModelConfig:
         """Build from a config's `model` section, refusing a key set for an architecture
         that does not read it (`check_applies`)."""
         cls.check_applies(values)
         return cls.from_dict({**values, "vocab_size": vocab_size})
 
     @classmethod
-    def check_applies(cls, values: dict[str, Any]) -> None:
+    def from_section(cls, values: Mapping[str, Any]) -> ModelConfig:
+        """The `model` section as configured, checked, with no vocabulary yet. With
+        `target_params` the run chooses the width once the vocabulary is known
+        (`xfmr.nn.sizing`); until then d_model is rounded up to a width it may choose, so that
+        a d_model the run will not use is not refused."""
+        values = dict(values)
+        if values.get("target_params") is not None and isinstance(values.get("d_model"), int):
+            step = width_step(values)
+            values["d_model"] = max(step, -(-values["d_model"] // step) * step)
+        return cls.from_settings(values, vocab_size=None)
+
+    @classmethod
+    def from_saved(cls, config: Mapping[str, Any]) -> ModelConfig:
+        """The model a saved config.yaml configured (`config`: the whole file). A run saved
+        before positions moved under `model` has them in a `pos` section beside it, and null
+        for the keys of other architectures: read as today's."""
+        model = dict(config["model"])
+        if "pos" not in model and config.get("pos") is not None:
+            model["pos"] = dict(config["pos"])
+            model = {k: v for k, v in model.items() if v is not None or default_of(k) is None}
+        return cls.from_section(model)
+
+    def settings(self) -> dict[str, Any]:
+        """The section as it was given (derived keys such as `d_ff` still null), for
+        config.yaml; with `vocab_size` left out."""
+        given = dict(getattr(self, "_given", None) or self.to_dict())
+        given.pop("vocab_size", None)
+        pos = given.get("pos")
+        given["pos"] = pos.to_dict() if isinstance(pos, PosConfig) else dict(pos or {})
+        return given
+
+    def with_vocab(self, vocab_size: int) -> ModelConfig:
+        """The model at the tokenizer's vocabulary (derived keys derived again)."""
+        return ModelConfig.from_dict({**self.settings(), "vocab_size": vocab_size})
+
+    @classmethod
+    def check_applies(cls, values: Mapping[str, Any]) -> None:
         """A key some architectures read, set to other than its default for another, is a
         mistake (it would be ignored): ValueError naming the architectures that read it."""
         arch = values.get("arch", "decoder")
         for f in fields(cls):
-            archs, default = key_of(f).archs, _default(f)
-            if arch in archs or f.name not in values or values[f.name] == default:
+            archs, usual = key_of(f).archs, default(f)
+            if arch in archs or f.name not in values or values[f.name] == usual:
                 continue
             raise ValueError(
                 f"model.{f.name}={values[f.name]!r} applies to arch in {list(archs)} only, not "
-                f"arch={arch}: leave it at its default ({_yaml(default)})"
+                f"arch={arch}: leave it at its default ({yaml_text(usual)})"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -399,23 +416,8 @@ class ModelConfig:
 
     def reads(self, name: str) -> bool:
         """Whether this architecture reads key `name` (dotted names: their top-level key)."""
-        found = _field(name.split(".")[0])
+        found = field_named(name.split(".")[0])
         return found is None or self.arch in key_of(found).archs
-
-
-def differences(
-    ours: ModelConfig, theirs: ModelConfig, *, ignore: frozenset[str] = frozenset()
-) -> list[tuple[str, Any, Any]]:
-    """(key, ours, theirs) for each key whose value differs, by dotted name (`pos.name`), in
-    the fields' order; a key the architecture does not read is not a difference, nor one in
-    `ignore`."""
-    a, b = ours.flat(), theirs.flat()
-    same_arch = ours.arch == theirs.arch
-    return [
-        (k, a.get(k), b.get(k))
-        for k in [*a, *(k for k in b if k not in a)]
-        if k not in ignore and a.get(k) != b.get(k) and not (same_arch and not ours.reads(k))
-    ]
 
 
 def width_step(values: dict[str, Any]) -> int:
@@ -433,150 +435,13 @@ def width_step(values: dict[str, Any]) -> int:
     return heads * (2 if rotates else 1)
 
 
-def arch_only_keys() -> dict[str, tuple[str, ...]]:
-    """Each key that some architectures do not read -> the architectures that do."""
-    return {f.name: key_of(f).archs for f in fields(ModelConfig) if key_of(f).archs != ARCHS}
-
-
-def fine_tune_keys() -> frozenset[str]:
-    """The dotted keys a run started `init_from` another may change (see `Key.fine_tune`)."""
-    top = {f.name for f in fields(ModelConfig) if key_of(f).fine_tune}
-    return frozenset(top | {f"pos.{f.name}" for f in fields(PosConfig) if key_of(f).fine_tune})
-
-
-def resume_keys() -> frozenset[str]:
-    """The keys a resumed run may change (see `Key.resume`)."""
-    return frozenset(f.name for f in fields(ModelConfig) if key_of(f).resume)
-
-
-def exporting_keys() -> frozenset[str]:
-    """The dotted keys whose every value exports (see `Key.exports`)."""
-    top = {f.name for f in fields(ModelConfig) if key_of(f).exports}
-    return frozenset(top | {f"pos.{f.name}" for f in fields(PosConfig) if key_of(f).exports})
-
-
-def default_of(name: str) -> Any:
-    """The default of dotted key `name` (`pos.name`); None for a key of a part of your own."""
-    found = _field(name)
-    return None if found is None else _default(found)
-
-
-def keys_table() -> str:
-    """The table of model keys in docs/architectures.md, written from the fields (a test holds the
-    page to it)."""
-    rows = [
-        "| key | default | read by | fine-tune may change | what it is |",
-        "|---|---|---|---|---|",
-    ]
-    for prefix, cls in (("model.", ModelConfig), ("model.pos.", PosConfig)):
-        for f in fields(cls):
-            facts = key_of(f)
-            if f.name in ("vocab_size", "pos"):
-                continue
-            default = _yaml(_default(f))
-            choices = f" ({', '.join(facts.choices)})" if facts.choices else ""
-            archs = (
-                "all"
-                if facts.archs == ARCHS
-                else "transformers"
-                if facts.archs == TRANSFORMER_ARCHS
-                else ", ".join(facts.archs)
-            )
-            fine = "yes" if facts.fine_tune else ""
-            rows.append(
-                f"| `{prefix}{f.name}` | `{default}` | {archs} | {fine} | {facts.doc}{choices} |"
-            )
-    return "\n".join(rows)
-
-
-def model_keys() -> list[str]:
-    """Every key of the `model` section by its dotted name (`pos.name`)."""
-    top = [f.name for f in fields(ModelConfig) if f.name not in ("vocab_size", "pos")]
-    return [
-        *top,
-        *(f"pos.{f.name}" for f in fields(PosConfig) if f.name not in ("target", "options")),
-    ]
-
-
-def nearest_keys(name: str, known: list[str] | None = None) -> list[str]:
-    """The keys most like a misspelt `name`, best first."""
-    known = model_keys() if known is None else known
-    return difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _field(name: str) -> Field | None:
+def field_named(name: str) -> Field | None:
+    """The field of dotted model key `name` (`pos.name`), or None."""
     cls, name = (PosConfig, name[4:]) if name.startswith("pos.") else (ModelConfig, name)
     return next((f for f in fields(cls) if f.name == name), None)
 
 
-def _default(f: Field) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    return f.default_factory() if f.default_factory is not MISSING else None
-
-
-def _yaml(value: Any) -> str:
-    return (
-        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    )
-
-
-def unknown_key(section: str, name: str, known: Any) -> str:
-    """The message for `section.name`, which is not among `known`: the nearest keys first."""
-    near = nearest_keys(name, sorted(known))
-    hint = f"did you mean {', '.join(f'{section}.{k}' for k in near)}? " if near else ""
-    return (
-        f"{section}.{name} is not a {section} key: {hint}(valid keys: {', '.join(sorted(known))})"
-    )
-
-
-def value_problem(name: str, value: Any) -> str | None:
-    """Why `value` cannot be model key `name` (a top-level key) by its type, or None."""
-    found = _field(name)
-    names = str(found.type).split(" | ") if found is not None else []
-    if not names or not set(names) <= {*_TYPE_NAMES, "None"}:
-        return None
-    if any(_accepts(n, value) for n in names):
-        return None
-    valid = " or ".join(_TYPE_NAMES.get(n, "null") for n in names)
-    return f"model.{name}={value!r} must be {valid}"
-
-
-def _refuse_unknown(section: str, unknown: list[str], known: Any) -> None:
-    raise ValueError(unknown_key(section, unknown[0], known))
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
-
-
-# What a field's annotation accepts; bool is an int to Python, but never a number here.
-_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
-
-
-def _accepts(type_name: str, value: Any) -> bool:
-    if type_name == "None":
-        return value is None
-    if type_name == "bool":
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    kinds = {"int": int, "float": int | float, "str": str}[type_name]
-    return isinstance(value, kinds) and (type_name == "str" or math.isfinite(value))
-
-
-def _check_types(prefix: str, config: Any) -> None:
-    """Each field of a plain type (int, float, bool, str, or that or None) holds one."""
-    for f in fields(config):
-        names = str(f.type).split(" | ")
-        if not set(names) <= {*_TYPE_NAMES, "None"}:
-            continue  # a nested config or a mapping
-        value = getattr(config, f.name)
-        if not any(_accepts(name, value) for name in names):
-            valid = " or ".join(_TYPE_NAMES.get(name, "null") for name in names)
-            raise ValueError(f"{prefix}{f.name}={value!r} must be {valid}")
+def default_of(name: str) -> Any:
+    """The default of dotted key `name` (`pos.name`); None for a key of a part of your own."""
+    found = field_named(name)
+    return None if found is None else default(found)

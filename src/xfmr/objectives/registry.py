@@ -1,5 +1,5 @@
 """Objectives and data groups by their config names, and what each declares, known without
-importing torch: the config check (`xfmr.checks`) uses this before anything heavy loads.
+importing torch: the run's config (`xfmr.config`) is checked with it before anything heavy loads.
 
 The registry is the config tree itself: an objective is registered by its file
 conf/objective/NAME.yaml, whose `_target_` is a class declaring `name`, `archs`, `reads`,

@@ -1,9 +1,9 @@
 """The parts of a run, built in one place: tokenizer, data, objective and model.
 
 First a `Plan` says where each part comes from (the run directory, `init_from`, a Hugging Face
-checkpoint, or the config), resolved once; then `build_parts` builds from the plan, top to
-bottom. Training plans a new or resumed run (`plan_training`); everything that uses a finished
-run plans from its directory and checkpoint (`plan_finished`).
+checkpoint, or the config's sections), resolved once; then `build_parts` builds from the plan,
+top to bottom. Training plans a new or resumed run (`xfmr.training.run`); everything that uses a
+finished run plans from its directory and checkpoint (`xfmr.runs.loading`).
 """
 
 from __future__ import annotations
@@ -13,22 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from xfmr.checks import model_config as config_model
-from xfmr.checks import model_section
+from xfmr.data.config import DataConfig
 from xfmr.data.order import CountedCollate
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig
 from xfmr.nn.sizing import sized
+from xfmr.objectives.config import ObjectiveConfig
 from xfmr.objectives.contract import Objective
 from xfmr.parts.labels import run_labels, trained_labels
+from xfmr.parts.sources import InitSource
 from xfmr.parts.tokenizer import prepare_tokenizer
-from xfmr.parts.transfer import InitSource, init_source, pretrained_model_config
-from xfmr.run_dir.files import CONFIG_FILE, TOKENIZER_FILE
-from xfmr.text.tokenizers import TextTokenizer
+from xfmr.run_dir.files import TOKENIZER_FILE
+from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec
 
 log = logging.getLogger("xfmr")
 
@@ -38,22 +36,27 @@ class Plan:
     """Where each part of a run comes from.
 
     Args:
-        config: the run's resolved config.
+        model, objective, tokenizer, data: the run's sections.
         run_dir: the run directory: its tokenizer.json and labels.json are the run's own.
+        cache_dir: where fitted tokenizers are cached (`paths.cache_dir`).
         finished: a finished run is used (its tokenizer and labels are read, never written);
             else a run is trained (the tokenizer is fitted or cached if the run has none).
         init: the weights a new run starts from (`init_from`), or None.
         model_config: the model's shape where the config does not decide it: the finished
-            run's checkpoint, or init_from's Hugging Face checkpoint; None: the config's
-            `model` section, with the tokenizer's vocabulary (and, with
-            `model.target_params`, the width that gives that many parameters).
+            run's checkpoint, or init_from's Hugging Face checkpoint; None: the `model`
+            section, with the tokenizer's vocabulary (and, with `model.target_params`, the
+            width that gives that many parameters).
         kept_width: the width a run resumed in `run_dir` chose for `model.target_params`,
             kept while it still gives that many parameters (another version of xfmr, or a
             changed config, must not resume a checkpoint as another shape).
     """
 
-    config: DictConfig
+    model: ModelConfig
+    objective: ObjectiveConfig
+    tokenizer: TokenizerSpec
+    data: DataConfig
     run_dir: Path
+    cache_dir: str | None
     finished: bool
     init: InitSource | None = None
     model_config: ModelConfig | None = None
@@ -73,44 +76,14 @@ class Parts:
     model: nn.Module
 
 
-def plan_training(cfg: DictConfig, run_dir: Path) -> Plan:
-    """The plan of a run `xfmr-train` trains in `run_dir`; a missing `init_from` fails here,
-    before anything is written."""
-    source = init_source(cfg.get("init_from"))
-    model_config = None
-    if source is not None and source.kind == "hf":
-        model_config = pretrained_model_config(cfg, source.path)
-    return Plan(
-        config=cfg,
-        run_dir=run_dir,
-        finished=False,
-        init=source,
-        model_config=model_config,
-        kept_width=_saved_width(cfg, run_dir),
-    )
-
-
-def _saved_width(cfg: DictConfig, run_dir: Path) -> int | None:
-    """The width the run in `run_dir` was given for `model.target_params`, if both ask for one."""
-    if cfg.model.get("target_params") is None or not (run_dir / CONFIG_FILE).is_file():
-        return None
-    saved = OmegaConf.load(run_dir / CONFIG_FILE).get("model") or {}
-    return saved.get("d_model") if saved.get("target_params") is not None else None
-
-
-def plan_finished(config: DictConfig, run_dir: Path, checkpoint: dict[str, Any]) -> Plan:
-    """The plan of a finished run: its config, and the model its checkpoint was saved from."""
-    model_config = ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"])
-    return Plan(config=config, run_dir=run_dir, finished=True, model_config=model_config)
-
-
-def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool = False) -> Parts:
-    """Build the run's parts from `plan`; `data` (a data config) is built and attached when
-    given. A DDP worker (`is_worker`) reads what rank 0 wrote and writes nothing."""
-    objective: Objective = instantiate(plan.config.objective)
+def build_parts(plan: Plan, *, data: DataConfig | None = None, is_worker: bool = False) -> Parts:
+    """Build the run's parts from `plan`; `data` (the data section, or an evaluation's) is
+    built and attached when given. A DDP worker (`is_worker`) reads what rank 0 wrote and
+    writes nothing."""
+    objective: Objective = plan.objective.build()
     # A finished run's labels come from its labels.json; a training run's from its data, below.
     finished_labels = plan.finished and objective.uses_labels
-    labels = trained_labels(plan.config, plan.run_dir) if finished_labels else None
+    labels = trained_labels(plan.data, plan.run_dir) if finished_labels else None
     datamodule = data_module(data, labels) if data is not None else None
     tokenizer = _tokenizer(plan, objective, datamodule, is_worker=is_worker)
     objective.bind(tokenizer)
@@ -142,12 +115,14 @@ def _model_config(
 ) -> ModelConfig:
     """The config's model at the tokenizer's vocabulary; with `model.target_params`, at the
     width that gives that many parameters (`xfmr.nn.sizing`), said in one line."""
-    settings = model_section(plan.config)
-    if settings.get("target_params") is None:
-        return config_model(plan.config, vocab_size=vocab_size)
+    if plan.model.target_params is None:
+        return plan.model.with_vocab(vocab_size)
     try:
         found = sized(
-            settings, vocab_size=vocab_size, build=objective.build_model, keep=plan.kept_width
+            plan.model.settings(),
+            vocab_size=vocab_size,
+            build=objective.build_model,
+            keep=plan.kept_width,
         )
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -156,10 +131,10 @@ def _model_config(
     return found.config
 
 
-def data_module(data: DictConfig, labels: list[str] | None = None) -> Any:
+def data_module(data: DataConfig, labels: list[str] | None = None) -> Any:
     """The data group's module; with `labels`, a label's index is its place in that list (the
     label set a finished run was trained on), not in the data's own."""
-    return instantiate(data, **({"labels": labels} if labels else {}))
+    return data.build(**({"labels": labels} if labels else {}))
 
 
 def _tokenizer(
@@ -168,9 +143,11 @@ def _tokenizer(
     if plan.finished:
         return TextTokenizer.load(plan.run_dir / TOKENIZER_FILE)
     return prepare_tokenizer(
-        plan.config,
+        plan.tokenizer,
         datamodule,
         plan.run_dir,
+        cache_dir=plan.cache_dir,
+        objective=plan.objective.name,
         cache_only=is_worker,
         special_tokens=objective.required_special_tokens,
         pretrained=plan.init.tokenizer if plan.init else None,

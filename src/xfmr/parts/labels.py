@@ -7,9 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig
-
+from xfmr.data.config import DataConfig
 from xfmr.errors import UserError
 from xfmr.files import write_json
 from xfmr.run_dir.files import LABELS_FILE, read_labels
@@ -41,7 +39,7 @@ def _few(labels: list[str], limit: int = 8) -> str:
     return f"[{shown}]"
 
 
-def trained_labels(config: DictConfig, run_dir: Path) -> list[str]:
+def trained_labels(data: DataConfig, run_dir: Path) -> list[str]:
     """The labels the run was trained on, from its labels.json. A run written before runs kept
     them is given its training data's labels again, with a warning: they are right only if
     that data has not changed since."""
@@ -54,4 +52,4 @@ def trained_labels(config: DictConfig, run_dir: Path) -> list[str]:
         run_dir,
         LABELS_FILE,
     )
-    return instantiate(config.data).label_names()
+    return data.build().label_names()

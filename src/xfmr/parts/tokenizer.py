@@ -3,12 +3,11 @@ head of the training split (or taken from the cache, for the same text and setti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from xfmr.errors import UserError
 from xfmr.run_dir.files import TOKENIZER_FILE
@@ -19,10 +18,12 @@ log = logging.getLogger("xfmr")
 
 
 def prepare_tokenizer(
-    cfg: DictConfig,
+    spec: TokenizerSpec,
     datamodule: Any,
     run_dir: Path,
     *,
+    cache_dir: str | None,
+    objective: str,
     cache_only: bool = False,
     special_tokens: tuple[str, ...] = (),
     pretrained: Path | None = None,
@@ -39,9 +40,9 @@ def prepare_tokenizer(
     if own.is_file():
         return TextTokenizer.load(own)
     if pretrained is not None:  # the checkpoint's own vocabulary
-        tokenizer = pretrained_tokenizer(pretrained, special_tokens, cfg.objective._target_)
+        tokenizer = pretrained_tokenizer(pretrained, special_tokens, objective)
     else:
-        tokenizer = fitted_tokenizer(cfg, datamodule, special_tokens)
+        tokenizer = fitted_tokenizer(spec, datamodule, special_tokens, cache_dir=cache_dir)
     tokenizer.save(own)
     return tokenizer
 
@@ -68,7 +69,7 @@ def pretrained_tokenizer(
     if missing:
         raise UserError(
             f"init_from: the source's tokenizer {path} lacks {missing}, which "
-            f"objective={objective.rsplit('.', 1)[-1]} needs; pretrain with a "
+            f"objective={objective} needs; pretrain with a "
             f"tokenizer that has them (tokenizer=wordpiece, or list them in "
             f"tokenizer.special_tokens)"
         )
@@ -76,15 +77,18 @@ def pretrained_tokenizer(
 
 
 def fitted_tokenizer(
-    cfg: DictConfig, datamodule: Any, special_tokens: tuple[str, ...]
+    spec: TokenizerSpec,
+    datamodule: Any,
+    special_tokens: tuple[str, ...],
+    *,
+    cache_dir: str | None,
 ) -> TextTokenizer:
-    """The tokenizer `cfg.tokenizer` describes, fitted on the head of the training split, or
-    the cached one fitted on the same text with the same settings."""
-    settings = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    """The tokenizer `spec` describes, fitted on the head of the training split, or the cached
+    one fitted on the same text with the same settings."""
     # The objective's tokens ([MASK], sentinels, ...) join the tokenizer's own specials.
-    listed = list(settings.get("special_tokens") or [])
-    settings["special_tokens"] = listed + [t for t in special_tokens if t not in listed]
-    spec = TokenizerSpec(**settings)
+    listed = tuple(spec.special_tokens or ())
+    extra = tuple(t for t in special_tokens if t not in listed)
+    spec = dataclasses.replace(spec, special_tokens=listed + extra) if extra else spec
     max_bytes = round(spec.train_sample_mb * BYTES_PER_MB)
     sample = survey(datamodule, max_bytes) if spec.kind != "pretrained" else None
     if sample is not None and not sample.whole:
@@ -93,7 +97,7 @@ def fitted_tokenizer(
         spec,
         training_text(datamodule, max_bytes),  # read only if no cached tokenizer matches
         data_fingerprint=sample.fingerprint if sample else "",
-        cache_dir=cfg.paths.cache_dir,
+        cache_dir=cache_dir,
     )
     log.info(
         "tokenizer: %s, vocabulary %d (%s)",

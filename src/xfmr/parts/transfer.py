@@ -9,31 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
 from torch import nn
 
-from xfmr.checks import check_init_from
 from xfmr.errors import UserError
-from xfmr.run_dir.checkpoints import MODEL_PREFIX, SAFETENSORS_SUFFIX, read_checkpoint
-from xfmr.run_dir.files import (
-    BEST_CHECKPOINT,
-    CHECKPOINT_DIR,
-    HF_CONFIG_FILE,
-    HF_TOKENIZER_FILE,
-    LAST_CHECKPOINT,
-    TOKENIZER_FILE,
-    is_checkpoint,
-    is_sharded_checkpoint,
-)
+from xfmr.nn.config import ModelConfig
+from xfmr.parts.sources import InitSource
+from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
 
 log = logging.getLogger("xfmr")
-
-
-@dataclass
-class InitSource:
-    kind: str  # "hf" or "run"
-    path: Path  # the HF directory, the .ckpt or the .safetensors file
-    tokenizer: Path | None  # the vocabulary the weights were trained with
 
 
 @dataclass
@@ -47,49 +30,6 @@ class TransferReport:
 
     def summary(self) -> dict[str, Any]:
         return {"loaded": len(self.loaded), "skipped": self.skipped, "new": self.new}
-
-
-def init_source(init_from: str | None) -> InitSource | None:
-    """Resolve `init_from`: hf:PATH, a run directory (its best, else last checkpoint), a .ckpt
-    file inside a run directory or a .safetensors export beside its tokenizer.json; the
-    tokenizer comes along so token ids keep their meaning."""
-    if not init_from:
-        return None
-    text = str(init_from)
-    if text.startswith("hf:"):
-        check_init_from(text)
-        path = Path(text[3:]).expanduser()
-        for needed in (HF_CONFIG_FILE, HF_TOKENIZER_FILE):
-            if not (path / needed).is_file():
-                raise UserError(
-                    f"init_from={text!r}: {path / needed} is missing (save_pretrained writes both)"
-                )
-        return InitSource("hf", path, path / HF_TOKENIZER_FILE)
-    path = Path(text).expanduser()
-    if path.is_dir() and not is_sharded_checkpoint(path):
-        run_dir = path
-        candidates = [path / CHECKPOINT_DIR / name for name in (BEST_CHECKPOINT, LAST_CHECKPOINT)]
-        checkpoint = next((c for c in candidates if is_checkpoint(c)), None)
-        if checkpoint is None:
-            raise UserError(
-                f"init_from={text!r} is a directory without {CHECKPOINT_DIR}/{BEST_CHECKPOINT} "
-                f"or {LAST_CHECKPOINT}"
-            )
-    elif is_checkpoint(path):
-        # RUN_DIR/checkpoints/X.ckpt (a file, or a sharded one's folder); an export sits beside its tokenizer (RUN_DIR/X.safetensors)
-        exported = path.suffix == SAFETENSORS_SUFFIX
-        checkpoint, run_dir = path, path.parent if exported else path.parent.parent
-    else:
-        raise UserError(
-            f"init_from={text!r} does not exist: give an xfmr run directory, a .ckpt file, a "
-            f".safetensors file from xfmr-export, or hf:PATH for a Hugging Face checkpoint"
-        )
-    tokenizer = run_dir / TOKENIZER_FILE
-    if not tokenizer.is_file():
-        raise UserError(
-            f"init_from={text!r}: {tokenizer} is missing, so token ids cannot be matched"
-        )
-    return InitSource("run", checkpoint, tokenizer)
 
 
 def initialise_from(model: nn.Module, source: InitSource) -> TransferReport:
@@ -157,20 +97,19 @@ def freeze_backbone(model: nn.Module) -> None:
         )
 
 
-def pretrained_model_config(cfg: DictConfig, hf_dir: Path) -> Any:
-    """The HF checkpoint's model, with this run's dropout."""
+def pretrained_model_config(hf_dir: Path, model: ModelConfig, block_size: int | None) -> Any:
+    """The HF checkpoint's model, with this run's dropout (`model`: the run's configured one),
+    whose learned positions must cover `block_size` (the data's, if it cuts token blocks)."""
     from xfmr.interop.hf import hf_model_config
 
     try:
-        config = hf_model_config(
-            hf_dir, dropout=cfg.model.dropout, attn_dropout=cfg.model.attn_dropout
-        )
+        config = hf_model_config(hf_dir, dropout=model.dropout, attn_dropout=model.attn_dropout)
     except ValueError as e:
         raise UserError(f"init_from=hf:{hf_dir}: {e}") from None
     limit = config.pos.max_positions if config.pos.name == "learned" else None
-    if limit is not None and cfg.data.get("block_size", 0) > limit:
+    if limit is not None and (block_size or 0) > limit:
         raise UserError(
-            f"data.block_size={cfg.data.block_size} is longer than the {limit} learned positions "
+            f"data.block_size={block_size} is longer than the {limit} learned positions "
             f"of init_from=hf:{hf_dir}"
         )
     return config

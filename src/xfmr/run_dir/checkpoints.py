@@ -28,10 +28,14 @@ from typing import Any
 import torch
 
 from xfmr.errors import UserError
-from xfmr.run_dir.files import SHARDED_STATE_FILE, SHARDS_INDEX_FILE, is_sharded_checkpoint
+from xfmr.run_dir.files import (
+    SAFETENSORS_SUFFIX,
+    SHARDED_STATE_FILE,
+    SHARDS_INDEX_FILE,
+    is_sharded_checkpoint,
+)
 
 MODEL_PREFIX = "model."  # XfmrModule keeps the model as `self.model`
-SAFETENSORS_SUFFIX = ".safetensors"
 # In a sharded checkpoint's state file: name -> the name whose parameter it is (a tied LM head),
 # as the shards hold each name apart; they are tied again on reading.
 TIED_KEY = "tied_parameters"

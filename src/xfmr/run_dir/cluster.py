@@ -15,8 +15,10 @@ every process of one job agrees on.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from xfmr.errors import UserError
+from xfmr.run_dir.files import CHECKPOINT_DIR, RESULTS_FILE
 
 # Lightning's SLURMEnvironment.detect(): srun set SLURM_NTASKS, and the job is not an
 # interactive one (`srun --job-name=interactive`, or `bash`), whose processes are launched by
@@ -40,8 +42,24 @@ def slurm_job_id() -> str | None:
         return None
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     if array is not None:
-        return f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return os.environ["SLURM_JOB_ID"]
+        task = plain_component("SLURM_ARRAY_TASK_ID", os.environ.get("SLURM_ARRAY_TASK_ID"))
+        return f"{plain_component('SLURM_ARRAY_JOB_ID', array)}_{task}"
+    return plain_component("SLURM_JOB_ID", os.environ["SLURM_JOB_ID"])
+
+
+def plain_component(variable: str, value: str | None) -> str:
+    """`value`, an id the environment gives, if it can name a directory of its own: one path
+    component, not `.` or `..`, no separator (an id holding `/..` would put the run, its
+    checkpoints and its lock outside the outputs folder)."""
+    text = "" if value is None else str(value)
+    separators = {"/", "\\", "\0"} | ({os.sep, os.altsep} - {None})
+    if text in ("", ".", "..") or any(s in text for s in separators):
+        raise UserError(
+            f"{variable}={text!r} cannot name the run directory: an id from the environment "
+            "must be one plain path component (no '/', not '.' or '..'); fix the variable or "
+            "give hydra.run.dir=DIR"
+        )
+    return text
 
 
 def slurm_restarts() -> int:
@@ -65,7 +83,7 @@ def run_name(default: str) -> str:
     if rdzv_id is None:
         return default
     if rdzv_id != _NO_RDZV_ID:
-        return f"torchrun-{rdzv_id}"
+        return f"torchrun-{plain_component('TORCHELASTIC_RUN_ID', rdzv_id)}"
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError(
             "torchrun started this run without a rendezvous id, and each process would name "
@@ -74,3 +92,21 @@ def run_name(default: str) -> str:
             "hydra.run.dir=DIR"
         )
     return default
+
+
+def check_not_rerun(path: Path, *, given: bool) -> None:
+    """Under SLURM the run directory is named after the job (`${run_name:...}`): a job that
+    SLURM requeued (SLURM_RESTART_COUNT > 0) finds its run there and resumes it. A job that was
+    not requeued finding a run there is a second `xfmr-train` of one job (two srun lines of one
+    script): refused rather than resuming the first one's run. A directory named on the command
+    line (`given`) is the person's to resume."""
+    name = slurm_run_name()
+    if name is None or given or path.name != name or slurm_restarts() > 0:
+        return
+    if any((path / entry).exists() for entry in (CHECKPOINT_DIR, RESULTS_FILE)):
+        raise UserError(
+            f"{path} already holds a run of SLURM job {slurm_job_id()}, and SLURM did not "
+            "requeue this job (SLURM_RESTART_COUNT is unset or 0), so it is not that run "
+            "resuming: give each xfmr-train of one job a directory of its own "
+            "(hydra.run.dir=DIR)"
+        )

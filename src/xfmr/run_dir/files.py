@@ -62,6 +62,7 @@ PERIODIC_GLOB = "step-*.ckpt"  # callbacks.periodic_checkpoint.filename's files
 SHARDS_INDEX_FILE = ".metadata"
 SHARDED_STATE_FILE = "meta.pt"
 EXPORT_FILE = "model.safetensors"
+SAFETENSORS_SUFFIX = ".safetensors"  # an xfmr-export file: weights only
 # xfmr-export's formats, and format=hf's folder inside the run when no `out` is given.
 EXPORT_FORMATS = ("safetensors", "hf")
 HF_FOLDER = "hf"

@@ -8,7 +8,7 @@ workers a run forks do not hold it, so a restart right after a kill -9 is not re
 they wind down (an `flock` would be shared with them). The file stays in place: removing it would let two processes lock two different
 files of the same name.
 
-`xfmr-train` and `xfmr.train` take the lock once (`xfmr.api.training.fit_checked`), before
+`xfmr-train` and `xfmr.train` take the lock once (`xfmr.api.training.fit`), before
 torch loads, so a second process is refused in a second or two.
 """
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
 
+from xfmr.data.config import DataConfig
 from xfmr.data.parallel import ParallelDataModule
 from xfmr.errors import UserError
 from xfmr.files import atomic_write_text
@@ -40,7 +40,7 @@ def no_progress(total: int, description: str) -> Iterator[Progress]:
 
 def evaluation_report(
     run: LoadedRun,
-    data_config: DictConfig,
+    data_config: DataConfig,
     *,
     config: GenerationConfig,
     batch_size: int,
@@ -69,7 +69,7 @@ def evaluation_report(
         "checkpoint": str(run.files.checkpoint),
         "global_step": run.global_step,
         "objective": getattr(run.objective, "name", type(run.objective).__name__),
-        "data": OmegaConf.to_container(data_config, resolve=True),
+        "data": data_config.to_dict(),
         "seed": seed,
         **metrics,
         **coverage(datamodule),
@@ -93,7 +93,7 @@ def evaluation_report(
 def _write_by_position(run: LoadedRun, by_position: dict, report_path: Path) -> dict:
     from xfmr.runs.by_position import by_position_paths, write_by_position
 
-    trained = int(run.config.data.block_size)
+    trained = int(run.config.data.get("block_size"))
     csv_path, png_path = by_position_paths(report_path)
     pos = run.model_config.pos.name
     files = write_by_position(
@@ -113,7 +113,7 @@ def coverage(datamodule: Any) -> dict:
     return {"val_coverage": read()} if read is not None else {}
 
 
-def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
+def attach_data(run: LoadedRun, data_config: DataConfig) -> Any:
     """The data module of `data_config`, encoded with the run's tokenizer and batched by its
     objective, as training built it."""
     # The run's own label set: a label's index is the one the model was trained with.
@@ -123,7 +123,7 @@ def attach_data(run: LoadedRun, data_config: DictConfig) -> Any:
     return datamodule
 
 
-def fit_positions(run: LoadedRun, data_config: DictConfig) -> None:
+def fit_positions(run: LoadedRun, data_config: DataConfig) -> None:
     """Ready the model's positional schemes for windows of `data.block_size` tokens, which may
     be longer than the run trained on: a sinusoid table grows; a learned table that is too short
     is a UserError (`xfmr.runs.evaluation_data.check_length` says so before torch loads, from

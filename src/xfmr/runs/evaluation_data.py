@@ -3,49 +3,51 @@ person's overrides, checked as xfmr-train checks data, before torch loads."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from xfmr.checks import check_data, model_section
+from xfmr.config import RunConfig
+from xfmr.data.config import DataConfig
+from xfmr.data.settings import AUTO_WORKERS
 from xfmr.errors import UserError
 from xfmr.nn.config import EXTENDING_POSITIONS
-from xfmr.objectives.registry import objective_facts
 
 
-def data_with_overrides(run_config: DictConfig, overrides: Any) -> DictConfig:
+def data_with_overrides(run_config: RunConfig, overrides: Any) -> DataConfig:
     """The run's data section with `data.KEY=VALUE` overrides: only keys it has, and files
-    that exist (checked as xfmr-train checks them)."""
-    if not isinstance(overrides, DictConfig):
+    that exist and hold what the objective reads (checked as xfmr-train checks them)."""
+    if not isinstance(overrides, Mapping):
         raise UserError(
             f"data={overrides!r}: xfmr-eval keeps the run's data and takes overrides of its keys, "
             "e.g. data.val_source=FILE data.val_target=FILE"
         )
     data = run_config.data
-    unknown = [key for key in overrides if key not in data]
+    unknown = [key for key in overrides if key not in data.settings]
     if unknown:
-        target = str(data.get("_target_", "")).rsplit(".", 1)[-1]
         raise UserError(
-            f"data.{unknown[0]} is not a key of this run's data ({target}); its keys: "
-            f"{', '.join(k for k in data if k != '_target_')}"
+            f"data.{unknown[0]} is not a key of this run's data ({data.target.name}); its keys: "
+            f"{', '.join(data.settings)}"
         )
-    merged = OmegaConf.merge(data, overrides)
-    if "val_batches" in merged and "val_batches" not in overrides:
-        merged.val_batches = None  # the exact figure over the whole split, unless asked
-    checked = OmegaConf.merge(run_config, {"data": merged})
-    check_data(checked)
+    changed = dict(overrides)
+    if "val_batches" in data.settings and "val_batches" not in overrides:
+        changed["val_batches"] = None  # the exact figure over the whole split, unless asked
+    if "num_workers" not in overrides and "data.num_workers" in run_config.resolved:
+        changed["num_workers"] = AUTO_WORKERS  # chosen for this device, as training chose
+    merged = DataConfig.read(data.with_settings(**changed).to_dict())
+    objective = run_config.objective
+    merged.check_feeds(objective.name, objective.facts.reads, objective.data_choices())
     return merged
 
 
-def check_length(run_config: DictConfig, data_config: DictConfig) -> None:
+def check_length(run_config: RunConfig, data: DataConfig) -> None:
     """Windows longer than the run trained on need positions past that length, which learned
     positions have only as far as their table goes."""
-    length, trained = data_config.get("block_size"), run_config.data.get("block_size")
-    pos = model_section(run_config)["pos"]
-    if length is None or trained is None or length <= trained or pos.get("name") != "learned":
+    length, trained = data.get("block_size"), run_config.data.get("block_size")
+    pos = run_config.model.pos
+    if length is None or trained is None or length <= trained or pos.name != "learned":
         return
-    table = pos.get("max_positions")
+    table = pos.max_positions
     if table is not None and length > table:
         raise UserError(
             f"data.block_size={length} is longer than the {table} learned positions of this run "
@@ -55,13 +57,12 @@ def check_length(run_config: DictConfig, data_config: DictConfig) -> None:
         )
 
 
-def wants_by_position(asked: Any, run_config: DictConfig) -> bool:
+def wants_by_position(asked: Any, run_config: RunConfig) -> bool:
     """`by_position`: None is on for causal LM runs and off for the others; True is refused
     where there is no position to score by."""
     if asked is not None and not isinstance(asked, bool):
         raise UserError(f"by_position={asked!r} must be true, false or null (clm runs only)")
-    target = run_config.objective.get("_target_")
-    objective = objective_facts(target).name if target else None
+    objective = run_config.objective.name
     if asked and objective != "clm":
         raise UserError(
             f"by_position=true scores a causal LM's loss at each position of its windows, but "

@@ -23,6 +23,7 @@ from xfmr.interop.hf_tokenizer import Template, hf_tokenizer
 from xfmr.run_dir.files import HF_MODEL_CARD_FILE, RESULTS_FILE, read_labels
 from xfmr.runs.inference import position_limit
 from xfmr.runs.loading import LoadedRun, load_run
+from xfmr.targets import plain
 
 # objective name -> what `tokenizer(text)` adds around the pieces: the layout the objective
 # fed the model. Objectives not named take the text as it is (clm, mlm, mlm_nsp: xfmr-generate
@@ -131,7 +132,7 @@ def model_card(run: LoadedRun, family: Family, out: Path) -> str:
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())) or "| - | - |"
     auto = family.auto_class
     pipeline = f"pipeline_tag: {family.pipeline}\n" if family.pipeline else ""
-    data = {k: v for k, v in dict(config.get("data") or {}).items() if not str(k).startswith("_")}
+    data = plain(config.data.settings)
     return f"""---
 library_name: transformers
 {pipeline}tags:
@@ -154,7 +155,7 @@ tied embeddings={model.tie_embeddings}, vocabulary {model.vocab_size} tokens;
 ## Training
 
 objective={run.objective.name}, {results.get("step", run.global_step)} optimizer steps.
-Data: `{config.get("data", {}).get("_target_", "?")}` with {json.dumps(data, default=str)}.
+Data: `{config.data.target.path}` with {json.dumps(data, default=str)}.
 
     xfmr-train {" ".join(overrides)}
 

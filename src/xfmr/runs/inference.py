@@ -55,7 +55,7 @@ def input_limit(run: LoadedRun) -> tuple[int | None, str]:
     table = position_limit(run.model)
     if table is not None:
         limits.append((table, f"model.pos.max_positions={table} (pos={run.model_config.pos.name})"))
-    block_size = run.config.get("data", {}).get("block_size")
+    block_size = run.config.data.get("block_size")
     if block_size:
         limits.append(
             (int(block_size), f"data.block_size={block_size}, the length it was trained on")
@@ -146,10 +146,9 @@ def warn_past_training_length(
 
 def trained_length(run: LoadedRun) -> tuple[int | None, str]:
     """The longest sequence the model was trained on, and the key that set it."""
-    data = run.config.get("data", {})
     for key in ("block_size", "max_length"):
-        if data.get(key):
-            return int(data[key]), f"data.{key}"
+        if run.config.data.get(key):
+            return int(run.config.data.get(key)), f"data.{key}"
     return None, ""
 
 

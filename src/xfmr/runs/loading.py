@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from xfmr.config import RunConfig
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig
 from xfmr.objectives.contract import Objective
-from xfmr.parts.build import build_parts, plan_finished
+from xfmr.parts.build import Plan, build_parts
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
 from xfmr.run_dir.files import RunFiles, locate_run
 from xfmr.text.tokenizers import TextTokenizer
@@ -35,7 +36,7 @@ class LoadedRun:
     """
 
     files: RunFiles
-    config: DictConfig
+    config: RunConfig
     tokenizer: TextTokenizer
     objective: Objective
     model: nn.Module
@@ -53,7 +54,7 @@ def load_run(
     """Load `run_dir` with the weights of `checkpoint` (best, last, averaged, a path; None:
     best, else last). Every missing or unreadable part is a UserError naming the path."""
     files = locate_run(run_dir, checkpoint)
-    config = OmegaConf.load(files.config)
+    config = RunConfig.read(files.config)
     state = read_checkpoint(files.checkpoint)
     parts = build_parts(plan_finished(config, files.run_dir, state))
     load_weights(parts.model, state["state_dict"], files.checkpoint)
@@ -66,6 +67,20 @@ def load_run(
         model=parts.model,
         model_config=parts.model_config,
         global_step=state.get("global_step"),
+    )
+
+
+def plan_finished(config: RunConfig, run_dir: Path, checkpoint: dict[str, Any]) -> Plan:
+    """The plan of a finished run: its config, and the model its checkpoint was saved from."""
+    return Plan(
+        model=config.model,
+        objective=config.objective,
+        tokenizer=config.tokenizer,
+        data=config.data,
+        run_dir=run_dir,
+        cache_dir=config.paths.cache_dir,
+        finished=True,
+        model_config=ModelConfig.from_dict(checkpoint["hyper_parameters"]["model_config"]),
     )
 
 

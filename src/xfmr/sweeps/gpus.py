@@ -16,8 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from xfmr.checks import device_count
-from xfmr.devices import visible_gpus
+from xfmr.devices import device_count, visible_gpus
 from xfmr.errors import UserError
 
 GPU_ACCELERATORS = ("auto", "gpu", "cuda")
@@ -51,7 +50,10 @@ def divide_gpus(
     gpus = len(visible)
     if not gpus:
         return None
-    per_job = device_count(devices)  # None: auto or -1, the whole group
+    try:
+        per_job = device_count(devices)  # None: auto or -1, the whole group
+    except ValueError as e:
+        raise UserError(str(e)) from None
     if per_job is not None and per_job > gpus:
         raise UserError(
             f"trainer.devices={devices} asks for {per_job} GPUs per job, but {gpus} are "

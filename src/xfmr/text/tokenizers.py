@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers.trainers import Trainer
 
+from xfmr.errors import UserError
 from xfmr.files import atomic_path
+from xfmr.keys import unknown_key
+from xfmr.ranges import POSITIVE, STEPS, NumberTable, check_numbers
 
 KINDS = ("char", "byte_bpe", "bpe", "wordpiece", "unigram", "pretrained")
 
@@ -41,6 +45,10 @@ BYTE_LEVEL_SPACE = "\u0120"  # GPT-2's byte-level "Ġ": a space, so a word start
 # Kinds whose pieces mark words (WordPiece "##" continuations, "▁" or "Ġ" word starts), as
 # whole-word masking needs; a pretrained tokenizer.json is checked when it is loaded.
 WORD_MARKING_KINDS = ("wordpiece", "bpe", "unigram", "byte_bpe")
+NUMBERS: NumberTable = {
+    "vocab_size": ((STEPS,), "the kind's own size"),
+    "train_sample_mb": ((POSITIVE,), None),
+}
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,33 @@ class TokenizerSpec:
             raise ValueError(
                 f"tokenizer.unk_token={self.unk_token!r} must be one of tokenizer.special_tokens={list(self.special_tokens)}"
             )
+
+    @classmethod
+    def read(cls, values: Mapping[str, Any]) -> TokenizerSpec:
+        """The `tokenizer` section as composed: an unknown key is refused with the nearest
+        ones, and with kind=pretrained the tokenizer.json must load (read before training
+        starts, so a wrong path fails in a second); each mistake is a ValueError naming it."""
+        known = [f.name for f in fields(cls)]
+        for name in values:
+            if name not in known:
+                raise ValueError(unknown_key("tokenizer", name, known))
+        try:
+            check_numbers("tokenizer", values, NUMBERS)
+        except UserError as e:
+            raise ValueError(str(e)) from None
+        given = dict(values)
+        if isinstance(given.get("special_tokens"), list | tuple):
+            given["special_tokens"] = tuple(given["special_tokens"])
+        try:
+            spec = cls(**given)
+        except TypeError as e:  # a value of the wrong type for a comparison in the checks
+            raise ValueError(f"tokenizer: {e}") from None
+        if spec.kind == "pretrained":
+            read_tokenizer_file(spec.path)
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "special_tokens": list(self.special_tokens)}
 
     def digest(self) -> str:
         settings = {

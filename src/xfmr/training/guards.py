@@ -244,21 +244,21 @@ def describe(step: int, loss: float, names: tuple[str, ...], norms: list[float])
 _OUT_OF_MEMORY = ("out of memory", "can't allocate memory")
 
 
-def out_of_memory(error: BaseException, cfg: Any) -> str | None:
+def out_of_memory(error: BaseException, data: Any, precision: str) -> str | None:
     """The reason to report if `error` is the device or the host running out of memory (None
-    if it is not): which settings to lower, with their values in this run."""
+    if it is not): which settings to lower, with their values in this run (`data`: its data
+    section; `precision`: trainer.precision)."""
     if not isinstance(error, (MemoryError, torch.OutOfMemoryError)):
         message = str(error).lower()
         if not isinstance(error, RuntimeError) or not any(s in message for s in _OUT_OF_MEMORY):
             return None
-    data = cfg.data
-    length_key = next((k for k in ("block_size", "max_length") if k in data), None)
-    length = f"data.{length_key}={data[length_key]}, " if length_key else ""
+    length_key = next((k for k in ("block_size", "max_length") if k in data.settings), None)
+    length = f"data.{length_key}={data.get(length_key)}, " if length_key else ""
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return (
         f"out of memory during training ({first_line[:160]}): lower data.batch_size="
         f"{data.get('batch_size')} (trainer.accumulate_grad_batches keeps the effective batch), "
-        f"{length}or trainer.precision={cfg.trainer.get('precision')} (e.g. bf16-mixed); the "
+        f"{length}or trainer.precision={precision} (e.g. bf16-mixed); the "
         "checkpoints in the run directory are from before it"
     )
 

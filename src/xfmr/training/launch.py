@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xfmr.checks import SHARDED_STRATEGY
+from xfmr.config.trainer import SHARDED_STRATEGY
 
 _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK")
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import netrc
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from xfmr.run_dir.files import METRICS_FILE
 from xfmr.sweeps.stores import ensure_mlflow_experiment
@@ -62,9 +60,9 @@ MLFLOW_STATUS = {
 }
 
 
-def flat_params(cfg: DictConfig) -> dict[str, Any]:
-    """Each leaf of the resolved config under its dotted path (`optim.lr`, `model.d_model`); a
-    list is one leaf."""
+def flat_params(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Each leaf of a run's config (`RunConfig.to_dict`) under its dotted path (`optim.lr`,
+    `model.d_model`); a list is one leaf."""
     flat: dict[str, Any] = {}
 
     def visit(node: Any, prefix: str) -> None:
@@ -74,20 +72,25 @@ def flat_params(cfg: DictConfig) -> dict[str, Any]:
             else:
                 flat[f"{prefix}{key}"] = value
 
-    visit(OmegaConf.to_container(cfg, resolve=True), "")
+    visit(values, "")
     return flat
 
 
-def _compared_metrics(cfg: DictConfig, val_metrics: Iterable[str]) -> list[str]:
+def _compared_metrics(optimized_metric: str | None, val_metrics: Iterable[str]) -> list[str]:
     """The metrics a sweep's runs are compared by: val/loss, the objective's validation metrics
     and the optimized metric."""
     tags = ["val/loss", *(f"val/{name}" for name in val_metrics)]
-    if cfg.get("optimized_metric"):
-        tags.append(str(cfg.optimized_metric))
+    if optimized_metric:
+        tags.append(str(optimized_metric))
     return list(dict.fromkeys(tags))
 
 
-def log_run_params(loggers: Sequence[Any], cfg: DictConfig, *, val_metrics: Iterable[str]) -> None:
+def log_run_params(
+    loggers: Sequence[Any],
+    values: Mapping[str, Any],
+    optimized_metric: str | None,
+    val_metrics: Iterable[str],
+) -> None:
     """At the start of a run, so that one which fails still shows them: the flat config as
     MLflow params, and TensorBoard's hparams session with the compared metrics declared (their
     values are the run's own scalars under those tags, which the HParams tab reads).
@@ -97,12 +100,12 @@ def log_run_params(loggers: Sequence[Any], cfg: DictConfig, *, val_metrics: Iter
 
     if rank_zero_only.rank != 0:
         return
-    params = flat_params(cfg)
+    params = flat_params(values)
     for logger in loggers:
         if isinstance(logger, MLFlowLogger):
             _log_mlflow_params(logger, params)
         elif isinstance(logger, TensorBoardLogger):
-            _write_hparams_start(logger, params, _compared_metrics(cfg, val_metrics))
+            _write_hparams_start(logger, params, _compared_metrics(optimized_metric, val_metrics))
 
 
 def finish_loggers(trainer: Any, status: str) -> None:
@@ -199,14 +202,20 @@ def _hparams_summary(data: Any) -> Any:
     return summary
 
 
-def read_csv_rows(loggers_cfg: DictConfig | None) -> list[dict[str, Any]]:
-    """The rows of the metrics.csv that `logger.csv` of `loggers_cfg` would write, if any."""
+def read_csv_rows(loggers: Any) -> list[dict[str, Any]]:
+    """The rows of the metrics.csv that a CSVLogger among `loggers` (the `logger` section's
+    entries) would write, if any."""
     import csv
 
-    for item in (loggers_cfg or {}).values():
-        if item is None or not str(item.get("_target_", "")).endswith("CSVLogger"):
+    for name in loggers:
+        item = loggers.get(name)
+        if not item.path.endswith("CSVLogger"):
             continue
-        path = Path(item.save_dir) / str(item.get("name") or "") / str(item.get("version") or "")
+        path = (
+            Path(item.get("save_dir"))
+            / str(item.get("name") or "")
+            / str(item.get("version") or "")
+        )
         path = path / METRICS_FILE
         if not path.is_file():
             return []

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from xfmr.errors import UserError
+from xfmr.config.options import SlurmConfig, signal_named
 from xfmr.run_dir.cluster import slurm_job_id, under_slurm
 
 log = logging.getLogger("xfmr")
@@ -37,8 +37,6 @@ log = logging.getLogger("xfmr")
 # (submitit.core.job_environment).
 _SUBMITIT_FOLDER = "SUBMITIT_FOLDER"
 _SUBMITIT_SIGNAL = "SUBMITIT_PREEMPT_SIGNAL"
-# Signals that mean something else to a run: stop (INT, TERM), or cannot be caught.
-_NOT_REQUEUE = ("SIGINT", "SIGTERM", "SIGKILL", "SIGSTOP")
 
 
 @dataclass(frozen=True)
@@ -51,38 +49,16 @@ class Requeue:
     requeue: bool = True
 
 
-def requeue_plan(slurm_cfg: Any) -> Requeue | None:
-    """The requeue signal of this process (`slurm:` in the config): submitit's in a submitit
-    job, `slurm.requeue_signal` in any other SLURM job, None elsewhere."""
+def requeue_plan(slurm: SlurmConfig) -> Requeue | None:
+    """The run's requeue signal and who requeues: submitit's signal in a submitit job,
+    `slurm.requeue_signal` in a job srun started; None outside SLURM."""
     if _SUBMITIT_FOLDER in os.environ:
         name = os.environ.get(_SUBMITIT_SIGNAL, "USR2")
         return Requeue(signal_named(name, key=_SUBMITIT_SIGNAL), job=None)
     job = slurm_job_id()
     if job is None:
         return None
-    signum = signal_named(str(slurm_cfg.requeue_signal), key="slurm.requeue_signal")
-    return Requeue(signum, job=job, requeue=bool(slurm_cfg.requeue))
-
-
-def signal_named(name: str, *, key: str) -> signal.Signals:
-    """USR1, SIGUSR1 or 10 as a signal; one that stops a run already or cannot be caught is
-    refused, naming `key`."""
-    text = name.strip().upper()
-    try:
-        signum = (
-            signal.Signals(int(text))
-            if text.isdigit()
-            else signal.Signals[text if text.startswith("SIG") else f"SIG{text}"]
-        )
-    except (KeyError, ValueError):
-        signum = None
-    if signum is None or signum.name in _NOT_REQUEUE:
-        raise UserError(
-            f"{key}={name!r} is not a signal a run can be warned with: give one SLURM sends "
-            "ahead of the time limit (sbatch --signal=USR1@90), e.g. USR1 or USR2; INT and TERM "
-            "already stop a run with a checkpoint"
-        )
-    return signum
+    return Requeue(slurm.signal, job=job, requeue=slurm.requeue)
 
 
 def cluster_plugins(plan: Requeue | None) -> list[Any]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
-
+from xfmr.config import RunConfig
 from xfmr.training.run import run_training
 
 
 def main() -> None:
-    cfg = OmegaConf.load(sys.argv[1])
-    run_training(cfg, is_worker=True)
+    run_training(RunConfig.read(sys.argv[1]), is_worker=True)
 
 
 if __name__ == "__main__":

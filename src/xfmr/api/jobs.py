@@ -1,0 +1,80 @@
+"""A job of a sweep: its config, made and checked as one run's (`xfmr.config`), with what the
+sweep adds: the study trial it reports to, and its name in every dashboard (a wandb run in the
+sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job number)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xfmr.api.composing import resolution_problem
+from xfmr.config import RunConfig
+from xfmr.config.make import run_config
+from xfmr.config.origins import origins
+from xfmr.errors import UserError
+from xfmr.paths import config_dir
+
+
+def job_config(cfg: DictConfig, hydra_cfg: DictConfig, overrides: Sequence[str]) -> RunConfig:
+    """The job's run config: `cfg` (the job's composed config, under Hydra's main) read and
+    checked once, named for the sweep, with its trial in a search."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from xfmr.sweeps.trial import trial_of_job
+
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        raise UserError(resolution_problem(e)) from None
+    dirs = [config_dir(), *_searched(hydra_cfg)]
+    config = run_config(values, origins(_with_hydra(cfg, hydra_cfg), dirs, overrides))
+    trial = trial_of_job(hydra_cfg, metric=str(config.optimized_metric or "val/loss"))
+    return named_for_sweep(config.replace(trial=trial), hydra_cfg)
+
+
+def named_for_sweep(config: RunConfig, hydra_cfg: DictConfig) -> RunConfig:
+    """In a multirun each job is one run of its sweep in every dashboard: a wandb run in the
+    sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job
+    number; named after the job's overrides."""
+    from hydra.types import RunMode
+
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return config
+    from xfmr.sweeps.names import sweep_name
+
+    sweep = sweep_name(hydra_cfg)
+    job_name = hydra_cfg.job.override_dirname or f"job{hydra_cfg.job.num}"
+    loggers = config.logger
+    if (wandb := loggers.get("wandb")) is not None:
+        loggers = loggers.replaced(
+            "wandb", group=wandb.get("group") or sweep, name=wandb.get("name") or job_name
+        )
+    if (mlflow := loggers.get("mlflow")) is not None:
+        tags = {
+            **(mlflow.get("tags") or {}),
+            "xfmr.sweep": sweep,
+            "xfmr.job": str(hydra_cfg.job.num),
+        }
+        loggers = loggers.replaced(
+            "mlflow", experiment_name=sweep, run_name=mlflow.get("run_name") or job_name, tags=tags
+        )
+    return config.replace(logger=loggers)
+
+
+def _with_hydra(cfg: DictConfig, hydra_cfg: DictConfig) -> Any:
+    """What `origins` reads: the job's choices, under `hydra`."""
+    return OmegaConf.create({"hydra": {"runtime": {"choices": hydra_cfg.runtime.choices}}})
+
+
+def _searched(hydra_cfg: DictConfig) -> list[Any]:
+    """The directories the person's own configs came from (`--config-dir`, hydra.searchpath)."""
+    from pathlib import Path
+
+    found = []
+    for source in hydra_cfg.runtime.get("config_sources") or []:
+        path = str(source.get("path") or "")
+        if source.get("schema") == "file" and source.get("provider") != "main":
+            found.append(Path(path))
+    return found
