@@ -1,7 +1,7 @@
 """Each setting against the baseline, in-process on synthetic numbers: the paired t-test where
 the seeds pair (else Welch's), the effect sizes, TOST equivalence and the seeds that would
 detect a difference, each checked against the formula worked by hand with scipy.stats.t, and
-against statsmodels where it is installed (it is not a dependency of xfmr)."""
+against statsmodels (a dev dependency, not one of xfmr's)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 
 from xfmr.errors import UserError
 from xfmr.sweeps.search import Param, build_sampler, open_storage, storage_spec
-from xfmr.sweeps.study import VERSIONS, SearchSettings, open_study
+from xfmr.sweeps.study import VERSIONS, SearchSettings, open_study, study_storage
 
 PARAMS = [Param("optim.lr", optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True))]
 
@@ -34,24 +34,31 @@ def _settings(sweep: Path) -> SearchSettings:
     )
 
 
+def _open(sweep: Path) -> optuna.Study:
+    settings = _settings(sweep)
+    return open_study(settings, PARAMS, study_storage(settings.storage))
+
+
 def test_a_new_study_records_the_versions_that_started_it(tmp_path: Path) -> None:
-    study = open_study(_settings(tmp_path), PARAMS)
+    study = _open(tmp_path)
     assert study.user_attrs[VERSIONS] == {"xfmr": version("xfmr"), "optuna": optuna.__version__}
 
 
 def _started_under(sweep: Path, version: str | None) -> None:
     """A study in `sweep` with one finished trial, as Optuna `version` left it (None: as an
     xfmr that recorded no versions left it)."""
-    study = open_study(_settings(sweep), PARAMS)
+    storage = study_storage(_settings(sweep).storage)
+    study = open_study(_settings(sweep), PARAMS, storage)
     study.add_trial(optuna.trial.create_trial(params={"optim.lr": 1e-3},
                                               distributions={"optim.lr": PARAMS[0].distribution},
                                               value=1.0))  # fmt: skip
-    attrs = study._storage.get_study_user_attrs(study._study_id)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    attrs = storage.get_study_user_attrs(study_id)
     if version is None:
-        study._storage.set_study_user_attr(study._study_id, VERSIONS, None)
+        storage.set_study_user_attr(study_id, VERSIONS, None)
     else:
         recorded = {**attrs[VERSIONS], "optuna": version}
-        study._storage.set_study_user_attr(study._study_id, VERSIONS, recorded)
+        storage.set_study_user_attr(study_id, VERSIONS, recorded)
 
 
 def test_another_major_version_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -59,7 +66,7 @@ def test_another_major_version_is_refused_in_one_line(tmp_path: Path) -> None:
     other = f"{major - 1}.9.0"
     _started_under(tmp_path, other)
     with pytest.raises(UserError) as refused:
-        open_study(_settings(tmp_path), PARAMS)
+        _open(tmp_path)
     message = str(refused.value)
     assert "\n" not in message
     assert f"started under Optuna {other}, and this is Optuna {optuna.__version__}" in message
@@ -69,7 +76,7 @@ def test_another_major_version_is_refused_in_one_line(tmp_path: Path) -> None:
 def test_the_same_major_version_continues(tmp_path: Path) -> None:
     major = optuna.__version__.split(".")[0]
     _started_under(tmp_path, f"{major}.99.0")
-    assert len(open_study(_settings(tmp_path), PARAMS).trials) == 1
+    assert len(_open(tmp_path).trials) == 1
 
 
 def test_a_study_without_versions_warns_once_and_continues(
@@ -81,11 +88,11 @@ def test_a_study_without_versions_warns_once_and_continues(
     study = optuna.load_study(study_name="search", storage=storage)
     assert study.user_attrs.get(VERSIONS) is None
     caplog.set_level(logging.WARNING, logger="xfmr")
-    assert len(open_study(_settings(tmp_path), PARAMS).trials) == 1
+    assert len(_open(tmp_path).trials) == 1
     [warned] = [r.getMessage() for r in caplog.records]
     assert "records no Optuna version" in warned and optuna.__version__ in warned
     caplog.clear()
-    open_study(_settings(tmp_path), PARAMS)
+    _open(tmp_path)
     assert caplog.records == []
 
 

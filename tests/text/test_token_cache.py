@@ -24,7 +24,7 @@ from helpers.runs import CORPUS
 from xfmr.data.documents import DocumentsDataModule
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.objectives.clm import CausalLMObjective
-from xfmr.text import token_cache
+from xfmr.text import build_once, token_cache
 from xfmr.text.chunks import cut_chunks, encode_text
 from xfmr.text.token_cache import INDEX_FILE, TOKENS_FILE, open_or_build, token_dtype
 from xfmr.text.tokenizers import TextTokenizer, TokenizerSpec, train_tokenizer
@@ -214,7 +214,7 @@ def test_a_build_killed_halfway_is_not_used_and_is_redone(tmp_path: Path, caplog
     build.wait()
     assert partial, "the build finished before it could be killed: use a bigger corpus"
     assert not _published(cache_dir)  # only the temporary, and the dead builder's claim
-    assert len(list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))) == 1
+    assert len(list(cache_dir.glob(f"*{build_once.CLAIM_SUFFIX}"))) == 1
 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
@@ -223,7 +223,7 @@ def test_a_build_killed_halfway_is_not_used_and_is_redone(tmp_path: Path, caplog
         )
     assert "stopped building" in caplog.text and "token cache: built" in caplog.text
     assert _caches(cache_dir) == [cache.directory]  # the killed build's folder removed
-    assert not list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))
+    assert not list(cache_dir.glob(f"*{build_once.CLAIM_SUFFIX}"))
     ids = cache.ids(0, cache.index["tokens"])[:]
     assert tokenizer.decode(ids.tolist()) == corpus.read_text()
 
@@ -249,7 +249,7 @@ def test_four_processes_needing_one_missing_cache_build_it_once(tmp_path: Path) 
     published = {line for out in outputs for line in out.splitlines() if "published" in line}
     assert len(published) == 1, outputs  # one folder, one count of tokens, for all four
     (directory,) = _caches(cache_dir)
-    assert not list(cache_dir.glob(f"*{token_cache.CLAIM_SUFFIX}"))
+    assert not list(cache_dir.glob(f"*{build_once.CLAIM_SUFFIX}"))
     assert looks > 0  # waiters poll every POLL_SECONDS: the reader looks meanwhile
     _assert_whole(directory)
     index = json.loads((directory / INDEX_FILE).read_text())
@@ -295,10 +295,10 @@ def test_a_claim_left_by_a_builder_on_another_host_is_broken_once_stale(
     options = {"layout": "text", "val_fraction": 0.1, "cache_dir": cache_dir}
     directory = open_or_build([tmp_path / "a.txt"], tokenizer, **options).directory
     shutil.rmtree(directory)
-    claim = directory.with_name(directory.name + token_cache.CLAIM_SUFFIX)
+    claim = directory.with_name(directory.name + build_once.CLAIM_SUFFIX)
     claim.write_text("another-host 1 0123456789abcdef")
-    monkeypatch.setattr(token_cache, "POLL_SECONDS", 0.01)
-    monkeypatch.setattr(token_cache, "STALE_SECONDS", 0.3)
+    monkeypatch.setattr(build_once, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(build_once, "STALE_SECONDS", 0.3)
     started = time.monotonic()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
@@ -323,12 +323,12 @@ def test_a_claim_left_by_a_builder_on_another_host_is_broken_once_stale(
             published.rename(directory)
             claim.unlink()
 
-    monkeypatch.setattr(token_cache.time, "sleep", the_other_builder_alive)
+    monkeypatch.setattr(build_once.time, "sleep", the_other_builder_alive)
     started = time.monotonic()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
         cache = open_or_build([tmp_path / "a.txt"], tokenizer, **options)
-    assert time.monotonic() - started > 2 * token_cache.STALE_SECONDS
+    assert time.monotonic() - started > 2 * build_once.STALE_SECONDS
     assert "stopped building" not in caplog.text and "token cache: built" not in caplog.text
     assert cache.directory == directory
 

@@ -148,3 +148,34 @@ def test_without_a_fixed_length_the_line_gives_the_terms_not_a_figure() -> None:
         seq2seq, None
     )
     assert format_flops(173184) == "173 KFLOP" and format_flops(2.5e15) == "2.5 PFLOP"
+
+
+class _Layers(L.LightningModule):
+    """Layers to a depth of two, one in eval mode, and a parameter of its own in none."""
+
+    def __init__(self, example: bool) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 8)
+        self.block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1).eval())
+        self.scale = torch.nn.Parameter(torch.ones(3))
+        self.example_input_array = torch.zeros(2, 5, dtype=torch.long) if example else None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.block(self.embed(ids)) * self.scale.sum()
+
+
+@pytest.mark.parametrize("example", [False, True])
+@pytest.mark.parametrize("max_depth", [1, 2, -1])
+def test_the_table_is_lightnings_own_but_for_its_flops_column(
+    max_depth: int, example: bool
+) -> None:
+    """Lightning makes its table in a private method (`_get_summary_data`): the reference xfmr's
+    table, made from the summary's public properties, must match cell for cell."""
+    from lightning.pytorch.utilities.model_summary import summarize
+
+    module = _Layers(example)
+    summary = summarize(module, max_depth=max_depth)
+    lightnings = [(h, cells) for h, cells in summary._get_summary_data() if h != "FLOPs"]
+    assert model_summary.summary_columns(summary, module) == lightnings
+    if max_depth == 1:  # deeper, Lightning counts a block's layers twice and adds no row
+        assert "other params" in lightnings[1][1]  # the module's own parameter: a row of its own

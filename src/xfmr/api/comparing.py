@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas and the comparison load when a table is made
+    from xfmr.runs.compare.comparison import Comparison
 
 
 def compare(
@@ -41,8 +44,6 @@ def compare(
         run, best first; `.attrs` holds the title, the metric and its direction, and `notes`
         (with `at`: which runs have no value there).
     """
-    import pandas as pd
-
     from xfmr.runs.compare.comparison import compare_runs
 
     if len(runs) == 1 and isinstance(runs[0], list | tuple):
@@ -60,7 +61,15 @@ def compare(
         detect=detect,
         at=at,
     )
-    table = found.tables[0]  # grouped, when it groups
+    return _frame(found)
+
+
+def _frame(found: Comparison) -> Any:
+    """The first table of a `compare_runs` result (grouped, when it groups) as a DataFrame,
+    its title, metric, direction and notes in `.attrs`."""
+    import pandas as pd
+
+    table = found.tables[0]
     frame = pd.DataFrame(table.rows, columns=table.columns)
     frame.attrs.update(
         title=table.title,

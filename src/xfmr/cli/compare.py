@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         "that differs between runs, except seed)",
     )
     grouping.add_argument("--no-group", action="store_true", help="one row per run")
+    _add_statistics(parser)
+    _add_outputs(parser)
+    return parser
+
+
+def _add_statistics(parser: argparse.ArgumentParser) -> None:
+    """The baseline each setting is tested against, and the budget the metric is read at."""
     parser.add_argument(
         "--baseline",
         metavar="KEY=VALUE",
@@ -99,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
         "time=S (training seconds, validation excluded), interpolated linearly between the "
         "validations around it; runs that never got there are named below the table",
     )
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
+    """What is written: the table's format, the curves' plot, the HTML page."""
     parser.add_argument("--format", choices=FORMATS, default="table", help="how to print the table")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", help="write the metric's curves")
     parser.add_argument(
@@ -110,7 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--html", type=Path, metavar="FILE.html", help="write a self-contained page"
     )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:

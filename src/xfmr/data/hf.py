@@ -139,10 +139,7 @@ def hf_datamodule(
     need them (`HFStreamingDataModule`): validation is `val_split` or the first `val_rows`
     rows, and training rows pass through a shuffle buffer of `shuffle_buffer` rows.
     """
-    if kind not in hf_datamodule.gives:
-        raise UserError(f"data.kind={kind!r} is not valid: use one of {list(hf_datamodule.gives)}")
-    if on_bad_row not in ON_BAD_ROW_CHOICES:
-        raise UserError(f"data.on_bad_row={on_bad_row!r} is not valid: use 'skip' or 'error'")
+    _check_choices(kind, on_bad_row)
     source = HFSource(
         path=path,
         name=name,
@@ -156,7 +153,39 @@ def hf_datamodule(
         streaming=streaming,
         val_rows=val_rows,
     )
-    fields = {
+    fields = _fields_of(kind, text_field, label_field, text_pair_field, source_field, target_field)
+    return _datamodule(
+        source,
+        kind=kind,
+        fields=fields,
+        labels=labels,
+        block_size=block_size,
+        train_stride=train_stride,
+        max_length=max_length,
+        on_bad_row=on_bad_row,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        shuffle_buffer=shuffle_buffer,
+    )
+
+
+def _check_choices(kind: str, on_bad_row: str) -> None:
+    if kind not in hf_datamodule.gives:
+        raise UserError(f"data.kind={kind!r} is not valid: use one of {list(hf_datamodule.gives)}")
+    if on_bad_row not in ON_BAD_ROW_CHOICES:
+        raise UserError(f"data.on_bad_row={on_bad_row!r} is not valid: use 'skip' or 'error'")
+
+
+def _fields_of(
+    kind: str,
+    text_field: str,
+    label_field: str,
+    text_pair_field: str | None,
+    source_field: str,
+    target_field: str,
+) -> dict[str, str | None]:
+    """The columns `kind` reads, by the keyword its data module takes each as."""
+    return {
         "text": {"text_field": text_field},
         "labelled": {
             "text_field": text_field,
@@ -165,20 +194,13 @@ def hf_datamodule(
         },
         "pairs": {"source_field": source_field, "target_field": target_field},
     }[kind]
-    settings = {
-        "labels": labels,
-        "block_size": block_size,
-        "train_stride": train_stride,
-        "max_length": max_length,
-        "on_bad_row": on_bad_row,
-        "batch_size": batch_size,
-        "num_workers": num_workers,
-    }
-    if streaming:
-        return _streaming_datamodule(
-            source, kind=kind, fields=fields, shuffle_buffer=shuffle_buffer, **settings
-        )
-    return _in_memory_datamodule(source, kind=kind, fields=fields, **settings)
+
+
+def _datamodule(source: HFSource, *, shuffle_buffer: int, **settings: Any) -> L.LightningDataModule:
+    """Rows read as batches need them when `source` streams, else whole splits in memory."""
+    if source.streaming:
+        return _streaming_datamodule(source, shuffle_buffer=shuffle_buffer, **settings)
+    return _in_memory_datamodule(source, **settings)
 
 
 def _in_memory_datamodule(

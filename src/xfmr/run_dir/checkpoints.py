@@ -22,6 +22,8 @@ import json
 import pickle
 import re
 import zipfile
+from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +191,6 @@ def _load_shards(path: Path, name: str) -> dict[str, Any]:
 def _safe_planner(*, keys: set[str], name: str) -> Any:
     """torch's planner for reading a checkpoint without a model (`_EmptyStateDictLoadPlanner`),
     but for its non-tensor entries: torch unpickles those with weights_only=False."""
-    from torch.distributed.checkpoint._traverse import set_element
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 
     class SafePlanner(_EmptyStateDictLoadPlanner):
@@ -200,8 +201,35 @@ def _safe_planner(*, keys: set[str], name: str) -> Any:
                 raise UserError(_refusal(name, str(e))) from None
             fqn = read_item.dest_index.fqn
             if self.flatten_state_dict:
-                set_element(self.original_state_dict, self.mappings[fqn], obj)
+                _set_nested(self.original_state_dict, self.mappings[fqn], obj)
             else:
                 self.state_dict[fqn] = obj
 
     return SafePlanner(keys=keys)
+
+
+# torch's planners put an entry of a flattened state dict back into the nested one with
+# torch.distributed.checkpoint._traverse.set_element, of a private module that may change or go
+# without notice; these are its steps as of torch 2.13, so SafePlanner puts what it loads where
+# torch's own planner would.
+def _set_nested(root: dict[str, Any], path: tuple[str | int, ...], value: Any) -> None:
+    """`root[path[0]][path[1]]...[path[-1]] = value`, making on the way a dict for each str key
+    and a list for each int key that is missing, and lengthening lists with None to an index."""
+    container: Any = root
+    for key, next_key in pairwise(path):
+        missing = {} if type(next_key) is str else []
+        if isinstance(container, Mapping):
+            container = container.setdefault(key, missing)
+        else:
+            _lengthen(container, key)
+            if container[key] is None:
+                container[key] = missing
+            container = container[key]
+    if type(path[-1]) is int:
+        _lengthen(container, path[-1])
+    container[path[-1]] = value
+
+
+def _lengthen(items: list[Any], index: int) -> None:
+    while len(items) <= index:
+        items.append(None)

@@ -123,7 +123,7 @@ def _child_main(sender: Any, job: bytes) -> None:
 
 def _run_job(hydra_context: Any, task_function: Any, sweep_config: Any, tail: _LastLine):
     """(exit code, (ok, return value or one-line reason)) of the Hydra job."""
-    from hydra.core.utils import JobStatus, run_job
+    from hydra.core.utils import run_job
 
     try:
         ret = run_job(
@@ -140,11 +140,11 @@ def _run_job(hydra_context: Any, task_function: Any, sweep_config: Any, tail: _L
     except BaseException as e:  # noqa: BLE001 - whatever it was, the parent records it
         traceback.print_exc()
         return 1, (False, f"{type(e).__name__}: {e}".splitlines()[0])
-    if ret.status == JobStatus.COMPLETED:
-        return 0, (True, ret._return_value)
-    error = ret._return_value
-    traceback.print_exception(error)
-    return 0, (False, f"{type(error).__name__}: {error}".splitlines()[0])
+    try:
+        return 0, (True, ret.return_value)
+    except Exception as error:  # the job's own, which Hydra raises again for a failed job
+        traceback.print_exception(error)
+        return 0, (False, f"{type(error).__name__}: {error}".splitlines()[0])
 
 
 def _take_environment(environ: dict[str, str]) -> None:

@@ -38,12 +38,24 @@ class SearchSettings:
     pruner_args: dict[str, Any]
 
 
-def open_study(settings: SearchSettings, params: list[Param]):
+def study_storage(spec: str) -> Any:
+    """The storage `open_storage` opens, as an object even for an RDB URL (which Optuna would
+    open inside create_study or load_study, out of reach): xfmr asks it, through its public
+    methods, for the id a trial has there, and hands it to Optuna as the study's storage."""
+    import optuna
+
+    storage = open_storage(spec)
+    return optuna.storages.RDBStorage(storage) if isinstance(storage, str) else storage
+
+
+def open_study(settings: SearchSettings, params: list[Param], storage: Any):
+    """The search's study in `storage` (`study_storage(settings.storage)`), created or
+    continued, with its sampler built for the trials it holds."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        storage=open_storage(settings.storage),
+        storage=storage,
         study_name=settings.study_name,
         direction=settings.direction,
         pruner=build_pruner(settings.pruner, settings.pruner_args),
@@ -102,14 +114,16 @@ def _major(version: str) -> str:
     return version.split(".")[0]
 
 
-def requeue_interrupted(study: Any) -> None:
+def requeue_interrupted(study: Any, storage: Any) -> None:
     """Trials still RUNNING when this sweep starts were left by a killed one: mark them failed
-    (they never finished) and queue their values again."""
+    (they never finished) and queue their values again. `storage`: the study's."""
     import optuna
     from optuna.trial import TrialState
 
+    study_id = storage.get_study_id_from_name(study.study_name)
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        optuna.trial.Trial(study, frozen._trial_id).set_user_attr(INTERRUPTED, True)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, frozen.number)
+        optuna.trial.Trial(study, trial_id).set_user_attr(INTERRUPTED, True)
         tell(study, frozen.number, state=TrialState.FAIL)
         study.enqueue_trial(frozen.params, user_attrs={"retry_of": frozen.number})
         log.info("trial %d was left running by an earlier sweep: queued again", frozen.number)
@@ -153,12 +167,13 @@ class Search:
         self.params = params
         self.fixed = fixed
         self.runner.shown_keys = {p.key for p in params}
-        self.study = open_study(settings, params)
+        self.storage = study_storage(settings.storage)
+        self.study = open_study(settings, params, self.storage)
         self._lock = threading.Lock()
         self._to_start = 0
 
     def run(self) -> None:
-        requeue_interrupted(self.study)
+        requeue_interrupted(self.study, self.storage)
         done = len(finished_trials(self.study))
         self._to_start = max(0, self.settings.n_trials - done)
         log.info(

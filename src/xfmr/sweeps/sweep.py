@@ -3,6 +3,7 @@ the summary, and a non-zero exit when more jobs failed than the sweep allows."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from typing import Any
@@ -137,10 +138,23 @@ def prepare_loggers(config: DictConfig) -> None:
 
 
 def _grid(sweeper: Any, runner: JobRunner, overrides: list[Any]) -> list[Any]:
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    return run_grid(runner, grid_jobs(overrides), int(sweeper.workers))
 
-    [jobs] = BasicSweeper.split_arguments(overrides, None)
-    return run_grid(runner, jobs, int(sweeper.workers))
+
+def grid_jobs(overrides: list[Any]) -> list[list[str]]:
+    """A grid's jobs, each its `KEY=VALUE` overrides, from Hydra's parsed `overrides`: each
+    sweep (`a,b`, `range(...)`, `glob(...)`) expanded, and every combination taken with the
+    first key's values changing slowest, in the order Hydra's own BasicSweeper runs them
+    (hydra-core 1.3). A key given twice keeps its first place and its last values."""
+    values: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            assert override.is_discrete_sweep(), "check_sweep refuses interval(...) in a grid"
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 def _search(

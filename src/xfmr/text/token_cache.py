@@ -9,15 +9,9 @@ file or tokenizer makes a new cache, never a stale one. A directory holds
     documents.npy    documents layout only: sentence offset of each document (one more than documents)
     index.json       what the files hold and what they were built from; written last
 
-and counts only if its index exists and matches. A build never writes under that name: it fills
-a private folder (`.NAME.PID.RANDOM.tmp` beside it) and renames it into place, one atomic step on
-local and network filesystems alike (NFS, GPFS, Lustre), so a reader finds a whole cache or
-none, and a build killed halfway leaves only a temporary that no reader trusts. Of several
-processes (DDP ranks, sweep jobs on several hosts) that need one missing cache, the one that
-creates `NAME.building` (O_CREAT|O_EXCL, which NFSv3+, GPFS and Lustre honour between hosts,
-unlike `flock`) builds while the others wait for the published folder. The claim only saves
-work: should two builds run anyway (a claim broken as stale from a builder that was only slow),
-the second rename fails and that build is discarded.
+and counts only if its index exists and matches. Of several processes that need one missing
+cache, one builds it in a private folder and renames it into place while the others wait
+(`xfmr.text.build_once`), so a reader finds a whole cache or none.
 
 Text is encoded in the chunks `xfmr.text.chunks` cuts, in a pool of processes
 (`xfmr.text.encoding_pool`).
@@ -27,12 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-import shutil
-import socket
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from xfmr.errors import UserError
-from xfmr.files import atomic_dir
+from xfmr.text.build_once import build_once
 from xfmr.text.chunks import CHUNK_CHARS, cut_chunks
 from xfmr.text.corpus_files import (
     count_chars,
@@ -62,13 +51,6 @@ INDEX_FILE = "index.json"
 TOKENS_FILE = "tokens.bin"
 SENTENCES_FILE = "sentences.npy"
 DOCUMENTS_FILE = "documents.npy"
-CLAIM_SUFFIX = ".building"  # beside the cache's folder while a process builds it
-
-# A builder touches its claim every HEARTBEAT_SECONDS; a waiter that sees a claim unchanged for
-# STALE_SECONDS (by its own clock: hosts' clocks differ) presumes its builder dead and builds.
-HEARTBEAT_SECONDS = 10.0
-STALE_SECONDS = 120.0
-POLL_SECONDS = 0.2
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -157,10 +139,12 @@ def open_or_build(
         "tokenizer_sha256": tokenizer_hash(tokenizer),
     }
     directory = Path(cache_dir) / f"{layout}-{cache_key(identity)}"
-    cache = _build_once(
+    cache = build_once(
         directory,
-        identity,
-        lambda folder: _build(folder, identity, files, tokenizer, workers, chunk_chars),
+        lambda: _complete(directory, identity),
+        lambda folder: TokenCache(
+            directory, _build(folder, identity, files, tokenizer, workers, chunk_chars)
+        ),
     )
     log.info(
         "token cache: memory-mapped %d tokens from %s", cache.index["tokens"], cache.tokens_path
@@ -184,133 +168,6 @@ def _complete(directory: Path, identity: dict[str, Any]) -> TokenCache | None:
     if identity["layout"] == "documents":
         whole = whole and all((directory / f).is_file() for f in (SENTENCES_FILE, DOCUMENTS_FILE))
     return cache if whole else None
-
-
-# --------------------------------------------------------------------------- one build, published
-
-
-def _build_once(directory: Path, identity: dict[str, Any], build) -> TokenCache:
-    """The published cache of `directory`: found, or built by this process if it wins the
-    claim, else waited for. `build(folder)` fills `folder` and returns the index."""
-    claim = _Claim(directory.with_name(directory.name + CLAIM_SUFFIX))
-    told = False
-    while (cache := _complete(directory, identity)) is None:
-        if claim.take():
-            try:
-                return _complete(directory, identity) or _publish(directory, identity, build)
-            finally:
-                claim.release()
-        if not told:
-            log.info("token cache: waiting for %s to build %s", claim.holder(), directory)
-            told = True
-        claim.wait()
-    return cache
-
-
-def _publish(directory: Path, identity: dict[str, Any], build) -> TokenCache:
-    """Build into a private folder and rename it to `directory`; if another build was
-    published first, this one is discarded and that one used."""
-    for stale in directory.parent.glob(f".{directory.name}.*.tmp"):  # killed builds' folders
-        shutil.rmtree(stale, ignore_errors=True)
-    if directory.exists():  # not whole: files removed by hand, or a build of an older xfmr
-        _set_aside(directory)
-    try:
-        with atomic_dir(directory) as folder:
-            index = build(folder)
-    except OSError:  # the name taken by another build (EEXIST, ENOTEMPTY), or lost to it
-        cache = _complete(directory, identity)
-        if cache is None:
-            raise
-        log.info(
-            "token cache: %s was published by another process: this build discarded", directory
-        )
-        return cache
-    return TokenCache(directory, index)
-
-
-def _set_aside(directory: Path) -> None:
-    aside = directory.with_name(f".{directory.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        os.rename(directory, aside)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-class _Claim:
-    """`path` created exclusively by the process that builds, holding `host pid token`, and
-    touched by it every HEARTBEAT_SECONDS. O_CREAT|O_EXCL is atomic between the hosts of NFSv3+,
-    GPFS and Lustre (Optuna's JournalFileOpenLock relies on it too), where `flock` may be local
-    to one host or refused."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.mine = f"{socket.gethostname()} {os.getpid()} {secrets.token_hex(8)}"
-        self.seen: tuple[str, int] | None = None  # another's claim: (text, mtime) last seen
-        self.seen_since = 0.0  # when it was first seen so (time.monotonic)
-        self.stop = threading.Event()
-
-    def take(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            handle = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            return False
-        with os.fdopen(handle, "w") as f:
-            f.write(self.mine)
-        threading.Thread(target=self._beat, daemon=True).start()
-        return True
-
-    def _beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_SECONDS):
-            try:
-                os.utime(self.path)
-            except OSError:
-                pass
-
-    def release(self) -> None:
-        self.stop.set()
-        if self._read()[0] == self.mine:
-            self.path.unlink(missing_ok=True)
-
-    def holder(self) -> str:
-        host_pid = self._read()[0].split()[:2]
-        return "process {1} on {0}".format(*host_pid) if len(host_pid) == 2 else "another process"
-
-    def wait(self) -> None:
-        """Sleep a little; break the claim if its builder is dead (a pid gone on this host) or
-        has not touched it for STALE_SECONDS."""
-        time.sleep(POLL_SECONDS)
-        state = self._read()
-        now = time.monotonic()
-        if state != self.seen:
-            self.seen, self.seen_since = state, now
-        if state[1] and (_dead(state[0]) or now - self.seen_since > STALE_SECONDS):
-            log.info(
-                "token cache: %s stopped building %s: building it here", self.holder(), self.path
-            )
-            if self._read() == state:
-                self.path.unlink(missing_ok=True)
-
-    def _read(self) -> tuple[str, int]:
-        try:
-            return self.path.read_text(), self.path.stat().st_mtime_ns
-        except OSError:
-            return "", 0
-
-
-def _dead(holder: str) -> bool:
-    """Whether `holder` (`host pid token`) is a process of this host that no longer runs."""
-    host, pid, _ = (holder.split() + ["", "", ""])[:3]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # someone else's process
-        return False
-    return False
 
 
 # --------------------------------------------------------------------------- building

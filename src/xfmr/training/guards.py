@@ -308,17 +308,18 @@ def connect(settings: dict[str, Any]) -> Any:
     """This job's trial in the sweep's study, with the sweep's pruner built again."""
     import optuna
 
-    from xfmr.sweeps.search import build_pruner, open_storage
+    from xfmr.sweeps.search import build_pruner
+    from xfmr.sweeps.study import study_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = study_storage(settings["storage"])
     study = optuna.load_study(
         study_name=settings["study_name"],
-        storage=open_storage(settings["storage"]),
+        storage=storage,
         pruner=build_pruner(settings.get("pruner"), settings.get("pruner_args") or {}),
     )
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(
-        study._study_id, int(settings["number"])
-    )
+    study_id = storage.get_study_id_from_name(settings["study_name"])
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(settings["number"]))
     return optuna.trial.Trial(study, trial_id)
 
 

@@ -167,10 +167,11 @@ def _write_hparams_start(logger: Any, params: dict[str, Any], metric_tags: list[
         ],
         time_created_secs=time.time(),
     )
-    writer = logger.experiment._get_file_writer()  # how Lightning writes its own hparams
-    writer.add_summary(_hparams_summary(plugin_data_pb2.HParamsPluginData(experiment=experiment)))
-    writer.add_summary(summary_v2.hparams_pb(values))
-    writer.flush()
+    _write_summaries(
+        logger,
+        _hparams_summary(plugin_data_pb2.HParamsPluginData(experiment=experiment)),
+        summary_v2.hparams_pb(values),
+    )
 
 
 def _write_hparams_end(logger: Any, finished: bool) -> None:
@@ -180,9 +181,30 @@ def _write_hparams_end(logger: Any, finished: bool) -> None:
         status=api_pb2.STATUS_SUCCESS if finished else api_pb2.STATUS_FAILURE,
         end_time_secs=time.time(),
     )
-    writer = logger.experiment._get_file_writer()
-    writer.add_summary(_hparams_summary(plugin_data_pb2.HParamsPluginData(session_end_info=end)))
-    writer.flush()
+    _write_summaries(
+        logger, _hparams_summary(plugin_data_pb2.HParamsPluginData(session_end_info=end))
+    )
+
+
+def _write_summaries(logger: Any, *summaries: Any) -> None:
+    """`summaries` in the run's event file: the one the logger's SummaryWriter holds open (where
+    Lightning writes its own hparams); once Lightning has closed it (its finalize when fit
+    ends), a new event file in the same folder, as the SummaryWriter opens for its next event."""
+    from torch.utils.tensorboard.writer import FileWriter
+
+    experiment = logger.experiment
+    closed = experiment.file_writer is None
+    if closed:
+        args = (experiment.max_queue, experiment.flush_secs, experiment.filename_suffix)
+        writer = FileWriter(experiment.log_dir, *args)
+    else:
+        writer = experiment.file_writer
+    for summary in summaries:
+        writer.add_summary(summary)
+    if closed:
+        writer.close()  # flushed, and closed as Lightning left the logger's own
+    else:
+        writer.flush()
 
 
 def _hparams_summary(data: Any) -> Any:

@@ -13,10 +13,16 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 from lightning.pytorch.utilities.model_summary import (
+    DeepSpeedSummary,
     get_formatted_model_size,
     get_human_readable_count,
 )
-from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
+from lightning.pytorch.utilities.model_summary import ModelSummary as Summary
+from lightning.pytorch.utilities.model_summary.model_summary import (
+    LEFTOVER_PARAMS_NAME,
+    NOT_APPLICABLE,
+    _format_summary_table,
+)
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
@@ -24,7 +30,6 @@ from xfmr.training.throughput import TrainingFlops
 
 log = logging.getLogger("xfmr")
 
-FLOPS_COLUMN = "FLOPs"
 # Lightning's table ends with a "Total Flops" line that reads 0 for the same reason.
 FLOPS_TOTAL_LINE = "Total Flops"
 # Lightning's summary sizes parameters by a table of precisions without the *-mixed ones, for
@@ -60,7 +65,7 @@ class ModelSummary(LightningModelSummary):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=PRECISION_WARNING, category=UserWarning)
             summary = self._summary(trainer, pl_module)
-        columns = [c for c in summary._get_summary_data() if c[0] != FLOPS_COLUMN]
+        columns = summary_columns(summary, pl_module)
         if not trainer.is_global_zero:
             return
         totals = {
@@ -73,6 +78,30 @@ class ModelSummary(LightningModelSummary):
         line = None if flops is None else training_flops_line(flops, trainer.datamodule)
         show = _show_rich if _RICH_AVAILABLE else _show_plain
         show(columns, totals, line, **self._summarize_kwargs)
+
+
+def summary_columns(summary: Summary, module: L.LightningModule) -> list[tuple[str, list[str]]]:
+    """Lightning's table of layers, (heading, cells) per column, but for its FLOPs column: as
+    Lightning 2.6's summaries make it for their own printing, from their public properties."""
+    count = get_human_readable_count
+    columns = [
+        (" ", [str(i) for i in range(len(summary.layer_names))]),
+        ("Name", list(summary.layer_names)),
+        ("Type", list(summary.layer_types)),
+        ("Params", [count(n) for n in summary.param_nums]),
+    ]
+    if isinstance(summary, DeepSpeedSummary):
+        columns.append(("Params per Device", [count(n) for n in summary.parameters_per_layer]))
+    columns.append(("Mode", ["train" if mode else "eval" for mode in summary.training_modes]))
+    if module.example_input_array is not None:
+        columns.append(("In sizes", [str(size) for size in summary.in_sizes]))
+        columns.append(("Out sizes", [str(size) for size in summary.out_sizes]))
+    leftover = summary.total_parameters - summary.total_layer_params
+    if leftover > 0:  # parameters of the module itself, in no layer shown: one more row
+        last_row = {" ": " ", "Name": LEFTOVER_PARAMS_NAME, "Params": count(leftover)}
+        for heading, cells in columns:
+            cells.append(last_row.get(heading, NOT_APPLICABLE))
+    return columns
 
 
 def parameter_megabytes(module: nn.Module, total_parameters: int) -> float:
