@@ -23,6 +23,10 @@ from xfmr.errors import DiskFull
 
 # A full disk, or the user's quota used up.
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# Free space under which a failed write is taken for a full disk: a writer that does not pass
+# the OSError on (torch.save's zip writer raises a RuntimeError, "file write failed") left the
+# filesystem this close to full.
+_NEARLY_FULL = 1 << 20
 
 
 @contextmanager
@@ -39,8 +43,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         _fsync(temporary)
         os.replace(temporary, target)
     except BaseException as error:
+        full = _disk_full(error, target.parent)
         temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+        if full:
             raise DiskFull(disk_full_message(target)) from None
         raise
     _fsync_dir(target.parent)
@@ -63,11 +68,27 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
             _fsync(path)
         os.rename(temporary, target)
     except BaseException as error:
+        full = _disk_full(error, target.parent)
         shutil.rmtree(temporary, ignore_errors=True)
-        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+        if full:
             raise DiskFull(disk_full_message(target)) from None
         raise
     _fsync_dir(target.parent)
+
+
+def _disk_full(error: BaseException, directory: Path) -> bool:
+    """Whether a write into `directory` failed for want of space (before the partial file is
+    removed): the OSError says so, or another writer's error leaves the filesystem all but
+    full."""
+    if isinstance(error, OSError):
+        return error.errno in _DISK_FULL
+    if not isinstance(error, RuntimeError):
+        return False
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < _NEARLY_FULL
 
 
 def disk_full_message(target: Path) -> str:

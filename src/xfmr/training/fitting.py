@@ -155,7 +155,12 @@ def fit(
         with keyboard_interrupt_returns(stop_on_signal):
             # Lightning's own load of ckpt_path is as safe as resolve_checkpoint's read of it.
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except RunFailed as e:  # DiskFull too: a checkpoint that did not fit, named
+    except DiskFull as e:  # a checkpoint that did not fit; the ones before it are whole
+        return (
+            f"step {trainer.global_step}: {e}; the same command then resumes from the newest "
+            f"checkpoint in {config.run_dir / CHECKPOINT_DIR}"
+        )
+    except RunFailed as e:
         return str(e)
     except (RuntimeError, MemoryError) as e:
         reason = out_of_memory(e, config.data, config.trainer.precision)
