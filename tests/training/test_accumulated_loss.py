@@ -372,7 +372,7 @@ def test_the_run_summary_times_and_counts_optimizer_steps_not_micro_batches() ->
     (and tokens/s, their ratio) are the optimizer step's, as without accumulation."""
     from types import SimpleNamespace
 
-    from xfmr.training.callbacks import RunSummary
+    from xfmr.training.run_summary import RunSummary
 
     micro = {"batch": 0}  # two micro-batches a step: the first of each accumulates
     loop = SimpleNamespace(

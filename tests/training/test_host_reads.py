@@ -91,7 +91,7 @@ def _count(tmp_path: Path, overrides: list[str]) -> CountReads:
             f"trainer.log_every_n_steps={EVERY}",
             "logger=csv",
             "trainer.enable_progress_bar=true",
-            "+callbacks.progress_bar._target_=xfmr.training.callbacks.StepProgressBar",
+            "+callbacks.progress_bar._target_=xfmr.training.progress_bars.StepProgressBar",
             "callbacks.text_sample=null",
             *overrides,
         ],

@@ -25,7 +25,8 @@ from xfmr.checks import check_config
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import throughput
-from xfmr.training.callbacks import RunSummary, training_figures
+from xfmr.training.progress_bars import training_figures
+from xfmr.training.run_summary import RunSummary
 from xfmr.training.throughput import (
     CPU_MATMUL,
     PEAK_CACHE_FILE,

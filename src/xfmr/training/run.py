@@ -43,14 +43,15 @@ from xfmr.run_dir.files import (
 )
 from xfmr.run_dir.lock import is_global_rank_zero
 from xfmr.text.tokenizers import TextTokenizer
-from xfmr.training.callbacks import RunSummary, TextSample, validation_coverage
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
 from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
 from xfmr.training.module import XfmrModule
+from xfmr.training.run_summary import RunSummary, validation_coverage
 from xfmr.training.slurm import Requeue, cluster_plugins, requeue, requeue_plan
+from xfmr.training.text_sample import TextSample
 
 log = logging.getLogger("xfmr")
 
