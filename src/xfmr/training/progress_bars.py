@@ -80,8 +80,7 @@ class StepProgressBar(_Paced, RichProgressBar):
     @property
     def validation_description(self) -> str:
         """ "Validation", with how much of the split it reads when that is known."""
-        trainer = getattr(self, "_trainer", None)
-        coverage = validation_coverage(trainer) if trainer is not None else None
+        coverage = validation_coverage(self.trainer)  # asked once the bar is set up
         if coverage is None:
             return "Validation"
         read, total = coverage["windows"], coverage["of"]
