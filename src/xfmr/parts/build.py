@@ -104,9 +104,12 @@ def plan_finished(config: DictConfig, run_dir: Path, checkpoint: dict[str, Any])
     return Plan(config=config, run_dir=run_dir, finished=True, model_config=model_config)
 
 
-def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool = False) -> Parts:
+def build_parts(
+    plan: Plan, *, data: DictConfig | None = None, is_worker: bool = False, window: int = 1
+) -> Parts:
     """Build the run's parts from `plan`; `data` (a data config) is built and attached when
-    given. A DDP worker (`is_worker`) reads what rank 0 wrote and writes nothing."""
+    given, its training batches `window` to an optimizer step. A DDP worker (`is_worker`) reads
+    what rank 0 wrote and writes nothing."""
     objective: Objective = instantiate(plan.config.objective)
     # A finished run's labels come from its labels.json; a training run's from its data, below.
     finished_labels = plan.finished and objective.uses_labels
@@ -120,7 +123,9 @@ def build_parts(plan: Plan, *, data: DictConfig | None = None, is_worker: bool =
         objective.bind_labels(labels)
     if datamodule is not None:
         # Each batch with its loss terms' counts (what gradient accumulation divides by).
-        datamodule.attach(tokenizer, CountedCollate(objective.collate, objective.counts))
+        datamodule.attach(
+            tokenizer, CountedCollate(objective.collate, objective.counts), window=window
+        )
     model_config = plan.model_config or _model_config(
         plan, tokenizer.vocab_size, objective, announce=not is_worker
     )

@@ -48,7 +48,7 @@ from xfmr.training.guards import NonFiniteGuard, TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
-from xfmr.training.module import XfmrModule
+from xfmr.training.module import TAKEN_FROM_TRAINER, XfmrModule
 from xfmr.training.run_summary import RunSummary, validation_coverage
 from xfmr.training.slurm import Requeue, cluster_plugins, requeue, requeue_plan
 from xfmr.training.text_sample import TextSample
@@ -76,7 +76,8 @@ def run_training(
     # Rank 0 writes the run directory; the other ranks (xfmr's DDP workers, and those torchrun
     # or SLURM started, on this node or others) read what it wrote.
     writes = not is_worker and is_global_rank_zero()
-    parts = build_parts(plan, data=cfg.data, is_worker=not writes)
+    window = int(cfg.trainer.accumulate_grad_batches)  # training batches per optimizer step
+    parts = build_parts(plan, data=cfg.data, is_worker=not writes, window=window)
     ckpt_path = resolve_checkpoint(cfg.ckpt_path, run_dir, parts.model_config.to_dict())
     if cfg.model.get("target_params") is not None:  # config.yaml records the width chosen
         cfg.model.d_model = parts.model_config.d_model
@@ -145,6 +146,9 @@ def training_module(cfg: DictConfig, parts: Parts, nonfinite: NonFiniteGuard) ->
         backbone_lr_scale=float(cfg.get("finetune", {}).get("backbone_lr_scale", 1.0)),
         compile=compile_mode(cfg.get("compile")),
         nonfinite_guard=nonfinite,
+        accumulate=int(cfg.trainer.accumulate_grad_batches),
+        gradient_clip_val=cfg.trainer.get("gradient_clip_val"),
+        gradient_clip_algorithm=cfg.trainer.get("gradient_clip_algorithm"),
     )
 
 
@@ -189,7 +193,7 @@ def fit_run(
             logger=loggers or False,
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
-            **validation_cadence(cfg.trainer),
+            **TAKEN_FROM_TRAINER,
         )
         failure = fit(
             trainer,
@@ -209,19 +213,6 @@ def fit_run(
                 status = "interrupted"
         finish_loggers(trainer, status)
     return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
-
-
-def validation_cadence(trainer: DictConfig) -> dict[str, Any]:
-    """Lightning's `val_check_interval` for xfmr's: an int counts optimizer steps in xfmr
-    (conf/trainer/default.yaml), as log_every_n_steps and the checkpoints'
-    every_n_train_steps do in Lightning too, but training batches in Lightning, of which
-    gradient accumulation takes `accumulate_grad_batches` a step. A fraction of an epoch
-    stays as it is."""
-    interval = trainer.get("val_check_interval")
-    batches = int(trainer.get("accumulate_grad_batches") or 1)
-    if isinstance(interval, bool) or not isinstance(interval, int) or batches == 1:
-        return {}
-    return {"val_check_interval": interval * batches}
 
 
 def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:

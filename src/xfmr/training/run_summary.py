@@ -31,22 +31,22 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
 
 
-def _step_loss(trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any) -> Any:
+def _step_loss(pl_module: L.LightningModule, outputs: Any) -> Any:
     """The optimizer step's training loss: xfmr's module's, that of the whole step over every
-    process (`XfmrModule.step_loss`); another module's, as Lightning passes it on."""
+    process (`XfmrModule.step_loss`); another module's, as its training step returned it."""
     step_loss = getattr(pl_module, "step_loss", None)
     if step_loss is not None:
         return step_loss()
-    loss = outputs.get("loss") if isinstance(outputs, dict) else None
-    # Lightning's copy, divided over accumulated batches
-    return None if loss is None else loss * trainer.accumulate_grad_batches
+    return outputs.get("loss") if isinstance(outputs, dict) else None
 
 
 class RunSummary(L.Callback):
     """Times training steps (validation excluded), shows tokens/s and model FLOPs utilisation
     (mfu), and tracks the best validation.
 
-    Steps are timed in windows that end at logging steps (`xfmr.training.cadence`), where the
+    A training batch is one optimizer step's window of micro-batches (`xfmr.data.order`): a
+    step's tokens and FLOPs are those of all its micro-batches. Steps are timed in windows that
+    end at logging steps (`xfmr.training.cadence`), where the
     device is synchronised: a window's time over its steps is what a step costs, the device's
     work included, however far the host ran ahead of it. The first step after training starts
     or a validation ends opens a window rather than being timed (it pays for compiling, the
@@ -83,7 +83,6 @@ class RunSummary(L.Callback):
         self.cache_dir = cache_dir
         self.windows: list[tuple[float, int]] = []  # (ms per step, steps) of each window
         self.tokens_per_step = 0  # of the last optimizer step, all its micro-batches
-        self._step_tokens = 0  # of the optimizer step under way
         self.flops_per_token: float | None = None
         self.shown: dict[str, float] = {}  # the last window's tok/s and mfu, for the bar
         self.best: dict[str, Any] = {}
@@ -104,13 +103,11 @@ class RunSummary(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
     ) -> None:
-        tokens = int(batch["input_ids"].numel()) * trainer.world_size  # shapes: no device read
-        self._count(batch, tokens)
-        self._step_tokens += tokens
-        if trainer.fit_loop.epoch_loop._should_accumulate():
-            return  # a micro-batch of gradient accumulation: the step ends with a later one
-        # Steps, and their tokens, are optimizer steps: all of a step's micro-batches.
-        self.tokens_per_step, self._step_tokens = self._step_tokens, 0
+        self.tokens_per_step = 0  # all of the step's micro-batches, on every process
+        for micro_batch in batch:
+            tokens = int(micro_batch["input_ids"].numel()) * trainer.world_size  # no device read
+            self._count(micro_batch, tokens)
+            self.tokens_per_step += tokens
         if self._window_start is None:
             self._window_start = time.perf_counter()
             return
@@ -119,9 +116,9 @@ class RunSummary(L.Callback):
         if not is_logging_step(trainer):
             return
         if self._flops is not None:
-            self.flops_per_token = self._flops.per_batch_token(batch)
+            self.flops_per_token = self._flops.per_batch_token(batch[-1])
         self._close_window(pl_module)
-        loss = _step_loss(trainer, pl_module, outputs)
+        loss = _step_loss(pl_module, outputs)
         if loss is not None:
             self.shown["train/loss"] = float(loss)
         log_at_step(trainer, self.shown)
