@@ -33,6 +33,7 @@ from xfmr.objectives.contract import Objective
 from xfmr.objectives.terms import TermLoss, Terms, divided, loss_sums
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
+from xfmr.training.earlier_checkpoints import from_automatic_optimization
 from xfmr.training.guards import (
     GradientNorms,
     NonFiniteGuard,
@@ -69,7 +70,8 @@ class XfmrModule(L.LightningModule):
         refuses is left out whole: no update (AdamW's moments, step count and weight decay
         stay as they were) and no schedule step (see `NonFiniteGuard`).
     accumulate: micro-batches per optimizer step (`trainer.accumulate_grad_batches`), the
-        window the data module hands out.
+        window the data module hands out; read here to resume checkpoints written before
+        the window was one batch (`xfmr.training.earlier_checkpoints`).
     gradient_clip_val, gradient_clip_algorithm: clipping before each update, as Lightning's
         Trainer arguments of those names mean it (None or 0: none; "norm" or "value").
     """
@@ -343,6 +345,8 @@ class XfmrModule(L.LightningModule):
         checkpoint["nonfinite_skipped"] = list(self.nonfinite_guard.skipped)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning calls this before it restores its loops from the same dict.
+        from_automatic_optimization(checkpoint, window=self.accumulate)
         if self.nonfinite_guard is not None:
             self.nonfinite_guard.skipped = list(checkpoint.get("nonfinite_skipped", []))
 
