@@ -34,13 +34,8 @@ CUDA, CPU = torch.device("cuda", 0), torch.device("cpu")
 
 
 def _trainer(device: torch.device, num_devices: int = 1) -> SimpleNamespace:
-    """What the data modules read of their trainer: where it trains, on how many devices, and
-    how many batches make an optimizer step."""
-    return SimpleNamespace(
-        strategy=SimpleNamespace(root_device=device),
-        num_devices=num_devices,
-        accumulate_grad_batches=1,
-    )
+    """What the data modules read of their trainer: where it trains, on how many devices."""
+    return SimpleNamespace(strategy=SimpleNamespace(root_device=device), num_devices=num_devices)
 
 
 def _examples(**settings) -> ExamplesDataModule:

@@ -1,6 +1,7 @@
 """The training order: a permutation per epoch computed index by index, dealt to DDP ranks,
 resumable at any batch, with memory that does not grow with the dataset; and each batch's
-random numbers, the same whether the batch is made in a worker process or the training one."""
+random numbers, the same whether the batch is made in a worker process or the training one.
+A training loader hands out windows of batches (one optimizer step's), of one batch here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from xfmr.data.order import EpochSampler, LazyPermutation, TrainingLoader
+from xfmr.data.order import EpochSampler, LazyPermutation, TrainingLoader, seed_step
 from xfmr.objectives.mlm import mask_tokens
 
 
@@ -56,15 +57,15 @@ def test_a_loader_restored_mid_epoch_goes_on_with_the_same_batches_and_random_nu
     def loader():
         return TrainingLoader(list(range(40)), batch_size=4, collate_fn=collate, seed=5)
 
-    whole = list(loader())
+    whole = [batch for (batch,) in loader()]
     first = loader()
-    batches = iter(first)
+    windows = iter(first)
     for _ in range(3):
-        next(batches)
+        next(windows)
     state = first.state_dict()
     resumed = loader()
     resumed.load_state_dict(state)
-    rest = list(resumed)
+    rest = [batch for (batch,) in resumed]
     assert len(rest) == len(whole) - 3
     for (ids, noise), (ids_ref, noise_ref) in zip(rest, whole[3:], strict=True):
         assert torch.equal(ids, ids_ref) and torch.equal(noise, noise_ref)
@@ -102,12 +103,14 @@ def mlm_loader(num_workers: int) -> TrainingLoader:
     )
 
 
-def batches_and_step_draws(batches) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-    """Each batch, with the numbers the training process draws after it (its dropout)."""
-    return [(batch, step_draws()) for batch in batches]
+def batches_and_step_draws(windows) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Each batch, with the numbers the training step draws on it (its dropout), the
+    generators seeded from the batch's key as the step seeds them."""
+    return [(batch, step_draws(batch)) for (batch,) in windows]
 
 
-def step_draws() -> torch.Tensor:
+def step_draws(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    seed_step(batch)
     return torch.tensor([torch.rand(()).item(), np.random.rand(), random.random()])
 
 
@@ -132,11 +135,11 @@ def test_masks_and_step_numbers_do_not_depend_on_the_number_of_workers():
 def test_a_loader_with_workers_restored_mid_epoch_goes_on_with_the_same_batches():
     whole = batches_and_step_draws(mlm_loader(0))
     first = mlm_loader(2)
-    batches = iter(first)
+    windows = iter(first)
     for _ in range(5):  # the workers have made batches beyond these; they are not handed out
-        next(batches)
+        next(windows)
     state = first.state_dict()
-    del batches, first
+    del windows, first
     resumed = mlm_loader(2)
     resumed.load_state_dict(state)
     assert_same_batches(batches_and_step_draws(resumed), whole[5:])

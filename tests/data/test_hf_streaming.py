@@ -117,8 +117,8 @@ def test_streamed_windows_hold_exactly_the_rows_tokens(tmp_path: Path) -> None:
     # changes.
     orders = []
     loader = data.train_dataloader()  # built once per run, iterated once per epoch
-    for batches in (loader, loader, data.train_dataloader()):
-        windows = [w for b in batches for w in _windows(b)]
+    for steps in (loader, loader, data.train_dataloader()):
+        windows = [w for (b,) in steps for w in _windows(b)]  # a batch a step
         lines = tokenizer.decode(_unpack(windows)).split("\n")[:-1]  # the last may be cut
         assert sorted(lines) == sorted(set(lines)) and set(lines) <= set(ROWS)
         assert len(lines) > len(ROWS) - 8
@@ -180,7 +180,7 @@ def test_labelled_streaming_gives_the_in_memory_examples(tmp_path: Path) -> None
         ids, pair, label = example
         return tuple(ids), pair, label
 
-    train_examples = [e for batch in streamed.train_dataloader() for e in batch]
+    train_examples = [e for (batch,) in streamed.train_dataloader() for e in batch]
     # Batches of 4: the last 2 of 30 rows are dropped, as the in-memory loader drops them.
     assert len(train_examples) == 28
     assert set(map(key, train_examples)) <= set(map(key, in_memory.train_set))

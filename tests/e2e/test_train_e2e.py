@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import helpers_env
 from helpers.cli import run_cli
 from helpers.runs import TINY, TinyRun, read_results
 
@@ -187,6 +188,40 @@ def test_accumulation_and_ddp_train_as_the_one_batch_of_their_step(
         assert [h["step"] for h in history] == [2, 4], name
         for got, want in zip(history, expected, strict=True):
             assert got["val/loss"] == pytest.approx(want["val/loss"], abs=2e-5), name
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_accumulation_on_two_processes_syncs_once_a_step_and_trains_as_the_one_batch(
+    tmp_path: Path, strategy: str
+) -> None:
+    """Batches of 2 on each of two processes, two accumulated per step: each process adds its
+    micro-batches' gradients itself and they are added over the processes once, at the step's
+    last backward (DDP's no_sync; FSDP2's gradient sync held), and the run trains as batches of
+    8 on one process: the same training loss and validation losses at the same steps."""
+    runs = {name: tmp_path / name for name in ("one", strategy)}
+    syncs = tmp_path / "syncs"
+    parallel = [
+        f"trainer={strategy}",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "data.batch_size=2",
+        "trainer.accumulate_grad_batches=2",
+        f"+callbacks.syncs={{_target_: helpers.gradient_syncs.GradientSyncs, path: '{syncs}'}}",
+    ]
+    for name, args in {"one": ["data.batch_size=8"], strategy: parallel}.items():
+        args = [*SEQ2SEQ, *args, "seed=1", f"hydra.run.dir={runs[name]}"]
+        result = run_cli(args, tmp_path, env=helpers_env())
+        assert result.returncode == 0, result.output
+    for rank in (0, 1):
+        record = json.loads((syncs / f"rank{rank}.json").read_text())
+        assert record["strategy"] == {"ddp": "DDPStrategy", "fsdp": "ShardedStrategy"}[strategy]
+        assert record["steps"] == [[False, True]] * 4, rank
+    one, parallel_run = (read_results(runs[name]) for name in ("one", strategy))
+    loss = one["metrics"]["train/loss"]
+    assert parallel_run["metrics"]["train/loss"] == pytest.approx(loss, abs=2e-5)
+    assert [h["step"] for h in parallel_run["history"]] == [h["step"] for h in one["history"]]
+    for got, want in zip(parallel_run["history"], one["history"], strict=True):
+        assert got["val/loss"] == pytest.approx(want["val/loss"], abs=2e-5)
 
 
 def test_tensorboard_logger(tmp_path: Path, corpus: Path) -> None:

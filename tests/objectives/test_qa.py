@@ -367,7 +367,7 @@ def test_a_tiny_encoder_learns_to_find_a_fixed_pattern_answer(tmp_path: Path) ->
     for step in range(50):
         if step % 25 == 0:
             batches = iter(data.train_dataloader())
-        batch = next(batches)
+        (batch,) = next(batches)  # a window of one batch: one optimizer step
         sums, _ = objective.forward(model, batch)
         loss = sums["windows"] / objective.counts(batch)["windows"]
         optimizer.zero_grad()

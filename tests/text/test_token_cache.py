@@ -403,7 +403,7 @@ def test_cached_text_batches_equal_the_in_memory_batches(tmp_path: Path) -> None
             data = _text_data(tmp_path, cache_dir, train_stride=stride)
             data.attach(tokenizer, CausalLMObjective().collate)
             torch.manual_seed(7)
-            train = [b["input_ids"] for b in data.train_dataloader()]
+            train = [b["input_ids"] for (b,) in data.train_dataloader()]  # windows of one
             val = [b["input_ids"] for b in data.val_dataloader()]
             loaders.append((train, val))
         (cached_train, cached_val), (memory_train, memory_val) = loaders
@@ -440,7 +440,8 @@ def test_cached_documents_give_the_in_memory_sentence_pairs(tmp_path: Path, capl
             data.attach(tokenizer, list)
         assert ("token cache: built" in caplog.text) == cache
         torch.manual_seed(3)
-        train = [pair for _ in range(2) for batch in data.train_dataloader() for pair in batch]
+        windows = [w for _ in range(2) for w in data.train_dataloader()]  # of one batch
+        train = [pair for (batch,) in windows for pair in batch]
         val = [pair for batch in data.val_dataloader() for pair in batch]
         drawn.append((train, val, list(data.training_text_sample(10**6))))
     (cached_train, cached_val, cached_text), (memory_train, memory_val, memory_text) = drawn

@@ -6,6 +6,7 @@ counts; the training loader attaches the right totals to each window."""
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -129,7 +130,18 @@ OBJECTIVES = [
 ]
 
 
-def _module(objective: Objective, arch: str, *, accumulate: int, world_size: int) -> XfmrModule:
+class _Strategy:
+    """What the training step asks of Lightning's strategy: the backward (`manual_backward`),
+    and DDP's `no_sync` for the window's backwards before its last."""
+
+    def backward(self, loss: torch.Tensor, optimizer: Any) -> None:
+        loss.backward()
+
+    def block_backward_sync(self) -> Any:
+        return nullcontext()
+
+
+def _module(objective: Objective, arch: str, *, world_size: int = 1) -> XfmrModule:
     torch.manual_seed(0)
     config = ModelConfig(
         arch=arch,
@@ -148,8 +160,10 @@ def _module(objective: Objective, arch: str, *, accumulate: int, world_size: int
         objective=objective,
         optimizer=torch.optim.SGD,
     )
-    # What the module reads of its trainer; the ranks' sum is done by the test (`_ddp_step`).
-    module.trainer = SimpleNamespace(accumulate_grad_batches=accumulate, world_size=world_size)
+    # What the training step reads of its trainer; the ranks' sum is done by the test
+    # (`_all_ranks`), and the update is left out, so the test reads the step's gradients.
+    module.trainer = SimpleNamespace(world_size=world_size, strategy=_Strategy())
+    module._optimizer_step = lambda: None
     return module.train()
 
 
@@ -171,17 +185,17 @@ def _one_batch(name: str) -> tuple[dict[str, Any], Objective, str]:
 
 
 def _step(module: XfmrModule, micro_batches: list[dict[str, Any]], *, k: int) -> None:
-    """Accumulate `micro_batches` as Lightning does (each loss / k, backward), with the
-    counts the loader attaches to each (the batch's own, and its window's)."""
+    """The module's training step on `micro_batches` in windows of k, as the training loader
+    hands them out, with the counts it attaches to each (the batch's own, and its window's)."""
     counted = [{**b, COUNTS: module.objective.counts(b)} for b in micro_batches]
-    for index, batch in enumerate(counted_windows(iter(counted), position=0, size=k)):
-        (module.training_step(batch, index) / k).backward()
+    for index, window in enumerate(counted_windows(iter(counted), position=0, size=k)):
+        module.training_step(window, index)
 
 
 @pytest.mark.parametrize("name", OBJECTIVES)
 def test_accumulated_micro_batches_give_the_one_batch_gradient(name: str) -> None:
     batch, objective, arch = _one_batch(name)
-    whole = _module(objective, arch, accumulate=1, world_size=1)
+    whole = _module(objective, arch)
     _step(whole, [_rows(batch, slice(None))], k=1)
     expected = _gradients(whole)
 
@@ -189,7 +203,7 @@ def test_accumulated_micro_batches_give_the_one_batch_gradient(name: str) -> Non
     micro = [_rows(batch, slice(a, b)) for a, b in zip(CUTS, CUTS[1:], strict=False)]
     counts = [objective.counts(b) for b in micro]
     assert any(c != counts[0] for c in counts), f"{name}: the micro-batches count alike"
-    accumulated = _module(objective, arch, accumulate=K, world_size=1)
+    accumulated = _module(objective, arch)
     _step(accumulated, micro, k=K)
     for got, want in zip(_gradients(accumulated), expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
@@ -197,12 +211,27 @@ def test_accumulated_micro_batches_give_the_one_batch_gradient(name: str) -> Non
     torch.testing.assert_close(accumulated.step_loss(), whole.step_loss(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["mlm_nsp", "tagging"])
+def test_a_window_without_counts_is_counted_by_the_step(name: str) -> None:
+    """Micro-batches that carry no counts (not made by xfmr's loaders) are counted by the
+    objective in the training step, the window's totals added there: still the one batch."""
+    batch, objective, arch = _one_batch(name)
+    whole = _module(objective, arch)
+    _step(whole, [_rows(batch, slice(None))], k=1)
+    uncounted = _module(objective, arch)
+    uncounted.training_step(
+        [_rows(batch, slice(a, b)) for a, b in zip(CUTS, CUTS[1:], strict=False)], 0
+    )
+    for got, want in zip(_gradients(uncounted), _gradients(whole), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["mlm_nsp", "seq2seq"])
 def test_ddp_ranks_and_accumulation_give_the_one_batch_gradient(name: str) -> None:
     """Two ranks of two micro-batches each: the ranks' window totals are added (as the
     strategy's all-reduce does), and their gradients averaged (as DDP does)."""
     batch, objective, arch = _one_batch(name)
-    whole = _module(objective, arch, accumulate=1, world_size=1)
+    whole = _module(objective, arch)
     _step(whole, [_rows(batch, slice(None))], k=1)
 
     per, ranks, k = ROWS // 4, 2, 2
@@ -216,7 +245,7 @@ def test_ddp_ranks_and_accumulation_give_the_one_batch_gradient(name: str) -> No
     ]
     gradients = []
     for share in shares:
-        module = _module(objective, arch, accumulate=k, world_size=ranks)
+        module = _module(objective, arch, world_size=ranks)
         module._all_ranks = lambda values, totals=totals: (
             torch.stack(totals) if values.shape == (len(totals),) else values
         )
@@ -268,18 +297,23 @@ def _loader(num_workers: int = 0) -> TrainingLoader:
     )
 
 
-def _windows(loader: TrainingLoader) -> list[tuple[int, int]]:
-    """(the batch's count, its window's) for each batch the loader hands out."""
-    return [(int(b[COUNTS]["tokens"]), int(b[WINDOW_COUNTS]["tokens"])) for b in loader]
+def _windows(loader: TrainingLoader) -> list[list[tuple[int, int]]]:
+    """(the batch's count, its window's) for each batch of each window the loader hands out."""
+    return [
+        [(int(b[COUNTS]["tokens"]), int(b[WINDOW_COUNTS]["tokens"])) for b in window]
+        for window in loader
+    ]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_the_loader_gives_each_batch_its_windows_totals(num_workers: int) -> None:
     loader = _loader(num_workers)
     loader.order.set_epoch(0)
-    seen = _windows(loader)
-    # 5 batches of 2: windows [0, 2), [2, 4) and the short [4, 5).
-    assert len(seen) == 5 and sum(count for count, _ in seen) == sum(range(1, 11))
+    windows = _windows(loader)
+    # 5 batches of 2: windows [0, 2), [2, 4) and the short [4, 5), one optimizer step each.
+    assert [len(w) for w in windows] == [2, 2, 1] and len(loader) == 3
+    seen = [batch for window in windows for batch in window]
+    assert sum(count for count, _ in seen) == sum(range(1, 11))
     for first in (0, 2):
         window = seen[first][0] + seen[first + 1][0]
         assert seen[first][1] == seen[first + 1][1] == window
@@ -290,11 +324,13 @@ def test_the_loader_gives_each_batch_its_windows_totals(num_workers: int) -> Non
 def test_a_loader_resumed_mid_window_counts_what_is_left_of_it() -> None:
     loader = _loader()
     loader.order.set_epoch(1)
-    full = _windows(loader)
+    full = [batch for window in _windows(loader) for batch in window]
     resumed = _loader()
     resumed.order.set_epoch(1)
     resumed.load_state_dict({"position": 3})
-    rest = _windows(resumed)
+    windows = _windows(resumed)
+    assert [len(w) for w in windows] == [1, 1], "what is left of [2, 4), then [4, 5)"
+    rest = [batch for window in windows for batch in window]
     assert [count for count, _ in rest] == [count for count, _ in full[3:]], "same batches"
     assert rest[0][1] == rest[0][0], "batch 3 ends the window [2, 4): only it is left"
     assert rest[1] == full[4]
@@ -312,7 +348,7 @@ def test_an_objective_that_returns_a_mean_is_taken_as_the_mean_over_its_count() 
     batch, objective, arch = _one_batch("clm")
     gradients = []
     for objective in (CausalLMObjective(pad_id=0), _MeanCLM(pad_id=0)):
-        module = _module(objective, arch, accumulate=K, world_size=1)
+        module = _module(objective, arch)
         _step(
             module, [_rows(batch, slice(a, b)) for a, b in zip(CUTS, CUTS[1:], strict=False)], k=K
         )
@@ -344,17 +380,17 @@ def test_a_stream_s_batches_carry_their_windows_totals_too() -> None:
         shuffle=False,
         num_workers=0,
         collate_fn=CountedCollate(_collate, _count),
-        accumulate=3,
+        window=3,
     )
     seen = _windows(loader)  # counts 1+2, 3+4, 5+6 | 7+8, 9+10
-    assert seen == [(3, 21), (7, 21), (11, 21), (15, 34), (19, 34)]
+    assert seen == [[(3, 21), (7, 21), (11, 21)], [(15, 34), (19, 34)]]
 
 
 def test_xfmr_eval_s_loss_is_the_whole_split_s_per_term() -> None:
     from xfmr.runs.evaluation import evaluate_loss
 
     batch, objective, arch = _one_batch("mlm_nsp")
-    module = _module(objective, arch, accumulate=1, world_size=1).eval()
+    module = _module(objective, arch).eval()
     run = SimpleNamespace(objective=objective, model=module.model, device=torch.device("cpu"))
     with torch.no_grad():
         sums, _ = objective.forward(module.model, batch)
@@ -368,27 +404,19 @@ def test_xfmr_eval_s_loss_is_the_whole_split_s_per_term() -> None:
 
 
 def test_the_run_summary_times_and_counts_optimizer_steps_not_micro_batches() -> None:
-    """Under accumulation a step is all of its micro-batches: ms_per_step, tokens_per_step
-    (and tokens/s, their ratio) are the optimizer step's, as without accumulation."""
-    from types import SimpleNamespace
+    """Under accumulation a step is all of its micro-batches, the window a training batch
+    holds: ms_per_step, tokens_per_step (and tokens/s, their ratio) are the optimizer step's,
+    as without accumulation."""
+    from xfmr.training.run_summary import RunSummary
 
-    from xfmr.training.callbacks import RunSummary
-
-    micro = {"batch": 0}  # two micro-batches a step: the first of each accumulates
-    loop = SimpleNamespace(
-        _should_accumulate=lambda: micro["batch"] % 2 == 0, _batches_that_stepped=0
-    )
     trainer = SimpleNamespace(
-        world_size=1,
-        max_steps=0,
-        fit_loop=SimpleNamespace(epoch_loop=loop),
-        _logger_connector=SimpleNamespace(should_update_logs=False),
+        world_size=1, global_step=0, log_every_n_steps=50, max_steps=0, should_stop=False
     )
     summary = RunSummary(peak_tflops=None, cache_dir=None)
-    batch = {"input_ids": torch.zeros(4, 16, dtype=torch.long)}
-    for index in range(6):  # three steps
-        micro["batch"] = index
-        summary.on_train_batch_end(trainer, None, None, batch, index)
+    window = [{"input_ids": torch.zeros(4, 16, dtype=torch.long)} for _ in range(2)]
+    for index in range(3):  # three steps of two micro-batches
+        trainer.global_step += 1
+        summary.on_train_batch_end(trainer, None, None, window, index)
     assert summary.tokens_per_step == 2 * 4 * 16
     assert summary._window_steps == 2  # steps 2 and 3; the window opens at step 1's end
     assert summary._window_tokens == 2 * 2 * 4 * 16

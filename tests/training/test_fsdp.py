@@ -169,7 +169,14 @@ def test_clipping_under_fsdp_is_the_update_of_one_process(tmp_path: Path) -> Non
     assert measured["sharded_type"] == "DTensor"
     assert measured["whole"] > 10 * measured["max_norm"], "clipping must act"
     assert measured["sharded"] == pytest.approx(measured["whole"], rel=1e-5)
-    assert measured["difference"] < 1e-6, measured
+    # AdamW's first update is lr * g / (|g| + eps): for a clipped gradient far under eps (1e-8;
+    # two thirds of them here) it is lr * g / eps, which scales the gradient's rounding, its
+    # sums over the batch made in another order (two halves reduce-scattered against one whole
+    # batch), by lr / eps = 1e6. One such element (|g| about 7e-10) moves by 1.03e-6 on torch
+    # 2.13's CPU kernels. 1e-5 allows a gradient difference of 1e-11 there: a hundredth of one
+    # float32 rounding step of the largest clipped gradient (8.8e-3), far under what a clip by
+    # another norm changes.
+    assert measured["difference"] < 1e-5, measured
 
 
 @pytest.mark.parametrize(

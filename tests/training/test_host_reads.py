@@ -34,21 +34,22 @@ class CountReads(L.Callback):
         self.logs: Counter[int] = Counter()
         self.logging: dict[int, bool] = {}
         self.trainer: L.Trainer | None = None
+        self.step = 0  # the optimizer step under way, counted from 1
         self._saved: dict[str, object] = {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.trainer is None:
             self.trainer = trainer
             self._wrap(pl_module, type(trainer.loggers[0]))
-        self._step()  # every step is listed, read or not
+        # Every step is listed, read or not; global_step counts it once the optimizer steps.
+        self.step = trainer.global_step + 1
+        self.logging[self.step] = is_logging_step(trainer, self.step)
 
     def _step(self) -> int | None:
         trainer = self.trainer
         if trainer is None or trainer.validating or trainer.sanity_checking:
             return None
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped + 1
-        self.logging[step] = is_logging_step(trainer)
-        return step
+        return self.step
 
     def _wrap(self, pl_module, logger: type) -> None:
         for name in READS:
@@ -91,7 +92,7 @@ def _count(tmp_path: Path, overrides: list[str]) -> CountReads:
             f"trainer.log_every_n_steps={EVERY}",
             "logger=csv",
             "trainer.enable_progress_bar=true",
-            "+callbacks.progress_bar._target_=xfmr.training.callbacks.StepProgressBar",
+            "+callbacks.progress_bar._target_=xfmr.training.progress_bars.StepProgressBar",
             "callbacks.text_sample=null",
             *overrides,
         ],
@@ -143,7 +144,7 @@ def test_an_optimizer_that_cannot_skip_on_the_device_reads_once_a_step(
 def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
     class NoWaits(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if not is_logging_step(trainer):
+            if not is_logging_step(trainer, trainer.global_step + 1):
                 torch.cuda.set_sync_debug_mode("error")
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

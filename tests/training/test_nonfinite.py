@@ -82,11 +82,21 @@ def test_nan_loss_stops_the_run_at_its_step_with_the_checkpoints_from_before(
         assert finite_weights(checkpoint), name
 
 
-def test_skipped_steps_leave_weights_optimizer_and_schedule_as_they_were(tmp_path: Path) -> None:
-    # Every step a logging step: the guard's record is read at each, the schedule wound back at once.
+@pytest.mark.parametrize("fused", [True, False])
+def test_skipped_steps_leave_weights_optimizer_and_schedule_as_they_were(
+    tmp_path: Path, fused: bool
+) -> None:
+    # Every step a logging step: the guard's record is read at each, the schedule wound back at
+    # once. A fused AdamW leaves the step out on the device; the per-tensor one, whose verdict
+    # is read every step, on the host. Either way the skipped steps count toward max_steps.
     results = _train(
         tmp_path,
-        ["nonfinite.max_skips=2", "trainer.log_every_n_steps=1", _fault("NanLossAt", [1, 3])],
+        [
+            "nonfinite.max_skips=2",
+            "trainer.log_every_n_steps=1",
+            f"optim.fused={str(fused).lower()}",
+            _fault("NanLossAt", [1, 3]),
+        ],
     )
     assert results["status"] == "completed" and results["step"] == 5
     assert results["skipped_steps"] == [1, 3]

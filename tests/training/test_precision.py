@@ -1,18 +1,27 @@
 """`trainer.precision=auto`, the default: the precision the device trains in best, chosen where
 the device is known and written to results.json; on a CPU, 32-true, so every CPU figure is what
-it was. An impossible request is refused in one line."""
+it was. An impossible request is refused in one line. Under fp16's loss scaler, clipping acts on
+the unscaled gradients and a step that is not finite is left out and counted."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from torch.utils.data import DataLoader
 
 import xfmr.devices
 from helpers.config import compose_config
 from xfmr.config.trainer import TrainerConfig, device_precision
 from xfmr.errors import UserError
+from xfmr.nn.config import ModelConfig
+from xfmr.objectives.clm import CausalLMObjective
+from xfmr.training.guards import NonFiniteGuard
+from xfmr.training.module import TAKEN_FROM_TRAINER, XfmrModule
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -92,3 +101,59 @@ def test_auto_on_this_gpu(tmp_path: Path) -> None:
     assert device_precision("gpu") == expected
     precision, history = _history(tmp_path, "trainer.accelerator=gpu")
     assert precision == expected and history
+
+
+def _fp16_step(*, clip: float, poisoned: bool = False) -> tuple[XfmrModule, L.Trainer, float]:
+    """One optimizer step (SGD, lr 1: the update is minus the gradient) of a tiny decoder under
+    fp16's loss scaler, on a CPU (torch's GradScaler serves CPUs too; xfmr refuses fp16 there
+    only because a CPU computes it slowly): the module, its trainer and the update's norm."""
+    objective = CausalLMObjective()
+    torch.manual_seed(0)
+    model = objective.build_model(ModelConfig(vocab_size=50, n_layers=1, n_heads=2, d_model=16))
+    ids = torch.randint(0, 50, (4, 9), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
+    module = XfmrModule(
+        model=model,
+        model_config={"arch": "decoder"},
+        objective=objective,
+        optimizer=functools.partial(torch.optim.SGD, lr=1.0),
+        nonfinite_guard=NonFiniteGuard(max_skips=1),
+        gradient_clip_val=clip,
+    )
+    if poisoned:  # a loss that is not a number, as an fp16 overflow makes it
+        forward = module.training_loss
+        module.training_loss = lambda model, batch: (
+            {t: v * float("nan") for t, v in forward(model, batch)[0].items()},
+            None,
+        )
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)],
+        **TAKEN_FROM_TRAINER,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer.fit(module, train_dataloaders=DataLoader([[batch]], batch_size=None))
+    moved = [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
+    update = torch.sqrt(sum((m**2).sum() for m in moved))
+    return module, trainer, float(update)
+
+
+def test_fp16_clips_the_gradients_once_the_loss_scaler_has_unscaled_them() -> None:
+    # Clipped while still scaled (by 4096), the update would be 4096 times smaller.
+    module, trainer, update = _fp16_step(clip=1e-3)
+    assert trainer.global_step == 1 and module.nonfinite_guard.skipped == []
+    assert update == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_fp16_leaves_out_a_step_whose_loss_is_not_a_number_and_counts_it() -> None:
+    module, trainer, update = _fp16_step(clip=1e-3, poisoned=True)
+    assert update == 0.0, "no update"
+    assert trainer.global_step == 1, "the step counts toward max_steps"
+    assert module.nonfinite_guard.skipped == [0]  # read when training ends
+    assert trainer.precision_plugin.scaler.get_scale() == 2.0**11  # the scaler backed off

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from helpers.config import compose_config
 from xfmr.paths import config_dir
-from xfmr.training.callbacks import StepProgressBar
+from xfmr.training.progress_bars import StepProgressBar
 from xfmr.training.run import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -62,7 +62,7 @@ def _train_with_bar(tmp_path: Path, overrides: list[str]) -> tuple[dict, Recorde
     """A tiny run with the shipped progress bar settings, the bar kept for inspection."""
     cfg = compose_config(tmp_path, ["trainer.enable_progress_bar=true", *EPOCH_OF_3, *overrides])
     shipped = OmegaConf.load(config_dir() / "callbacks" / "default.yaml").progress_bar
-    assert shipped._target_ == "xfmr.training.callbacks.StepProgressBar"
+    assert shipped._target_ == "xfmr.training.progress_bars.StepProgressBar"
     cfg.callbacks.progress_bar = {**shipped, "_target_": f"{__name__}.RecordedBar"}
     RecordedBar.last = None
     results = run_training(cfg)

@@ -5,6 +5,7 @@ bit; SIGINT and SIGTERM stop a run with a checkpoint and a message that says how
 
 from __future__ import annotations
 
+import copy
 import csv
 import os
 import signal
@@ -194,6 +195,47 @@ def test_a_run_killed_anywhere_resumes_to_the_same_weights(tmp_path: Path, famil
         assert resumed.returncode == 0, resumed.output
         assert "resuming from" in resumed.output
         _assert_same_run(run_dir, reference)
+
+
+def _as_written_before_windows(path: Path, window: int) -> None:
+    """Rewrite a checkpoint's loop state into the layout of xfmr's versions before a training
+    batch was a window: optimizer steps in the automatic loop's progress (the manual loop's at
+    0), and the epoch's training batches counted in micro-batches (the loader's place)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    loop = checkpoint["loops"]["fit_loop"]
+    manual = "epoch_loop.manual_optimization.optim_step_progress"
+    automatic = loop["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+    automatic["step"] = copy.deepcopy(loop[manual])
+    loop[manual] = {part: {"ready": 0, "completed": 0} for part in ("total", "current")}
+    batches = loop["epoch_loop.batch_progress"]
+    windows = batches["current"]
+    position = loop["state_dict"]["combined_loader"][0]["position"]
+    current = {key: position - windows["ready"] + count for key, count in windows.items()}
+    total = {key: count + window * (batches["total"][key] - windows[key])
+             for key, count in current.items()}  # fmt: skip
+    batches["current"], batches["total"] = current, total
+    torch.save(checkpoint, path)
+
+
+def test_a_checkpoint_written_before_windows_resumes_at_its_step(tmp_path: Path, faults):
+    """A run resumed from checkpoints in the loop layout of earlier versions (automatic
+    optimization, a training batch per micro-batch) goes on from their step and ends as the run
+    never interrupted, bit for bit: two micro-batches a step, 5 an epoch (its last window
+    short), killed after step 5, resumed from the validation's checkpoint after step 4."""
+    data = [*_text(tmp_path), "trainer.accumulate_grad_batches=2"]
+    reference = tmp_path / "reference"
+    done = _train(tmp_path, data, reference)
+    assert done.returncode == 0, done.output
+    run_dir = tmp_path / "killed"
+    kill = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=5"]
+    killed = _train(tmp_path, data, run_dir, *kill, "+callbacks.kill.where=train", env=faults)
+    assert killed.returncode == -signal.SIGKILL, killed.output
+    for path in (run_dir / "checkpoints").glob("*.ckpt"):
+        _as_written_before_windows(path, window=2)
+    resumed = _train(tmp_path, data, run_dir)
+    assert resumed.returncode == 0, resumed.output
+    assert "resuming from" in resumed.output and "last.ckpt" in resumed.output
+    _assert_same_run(run_dir, reference)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

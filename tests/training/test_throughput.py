@@ -24,7 +24,8 @@ from helpers.runs import TinyRun, read_results
 from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import throughput
-from xfmr.training.callbacks import RunSummary, training_figures
+from xfmr.training.progress_bars import training_figures
+from xfmr.training.run_summary import RunSummary
 from xfmr.training.throughput import (
     CPU_MATMUL,
     PEAK_CACHE_FILE,

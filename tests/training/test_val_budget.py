@@ -43,7 +43,7 @@ def test_a_split_within_the_budget_or_without_one_is_read_whole() -> None:
 
 
 def test_the_progress_bar_says_how_much_a_validation_reads() -> None:
-    from xfmr.training.callbacks import StepProgressBar
+    from xfmr.training.progress_bars import StepProgressBar
 
     bar = StepProgressBar()
     bar._trainer = SimpleNamespace(

@@ -35,8 +35,8 @@ _TRAINED = (CHECKPOINT_DIR, RESULTS_FILE)
 _LOGGERS = ("", "xfmr", "lightning", "lightning.pytorch", "lightning.fabric")
 # Hydra's format for the job's log file (hydra/job_logging/default.yaml).
 _FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-_RICH_BAR = "xfmr.training.callbacks.StepProgressBar"
-_NOTEBOOK_BAR = "xfmr.training.callbacks.NotebookStepProgressBar"
+_RICH_BAR = "xfmr.training.progress_bars.StepProgressBar"
+_NOTEBOOK_BAR = "xfmr.training.progress_bars.NotebookStepProgressBar"
 
 
 def train(experiment: Experiment) -> Run:

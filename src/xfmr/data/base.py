@@ -57,12 +57,13 @@ def make_loader(
     collate_fn: Callable[[list[Any]], dict] | None,
     drop_last: bool = False,
     pin_memory: bool = False,
-    accumulate: int = 1,
+    window: int | None = None,
 ) -> DataLoader:
-    """A DataLoader whose workers, if any, live as long as it does (no restart every epoch);
-    shuffled (training) batches come from a `TrainingLoader`, which resumes mid-epoch. Training
-    batches carry the counts of their window of `accumulate` batches (gradient accumulation).
-    `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
+    """A DataLoader whose workers, if any, live as long as it does (no restart every epoch).
+    Training batches (`window`: the batches of one optimizer step, gradient accumulation) come
+    a window at a time, each a list of batches that carry their window's counts; shuffled ones
+    from a `TrainingLoader`, which resumes mid-epoch. `window=None` (validation): one batch at a
+    time. `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
             dataset,  # type: ignore[arg-type]
@@ -71,9 +72,9 @@ def make_loader(
             drop_last=drop_last,
             num_workers=num_workers,
             pin_memory=pin_memory,
-            accumulate=accumulate,
+            accumulate=window or 1,
         )
-    return (WindowedLoader if accumulate > 1 else DataLoader)(
+    return (DataLoader if window is None else WindowedLoader)(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -82,19 +83,15 @@ def make_loader(
         collate_fn=collate_fn,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
-        **({"accumulate": accumulate} if accumulate > 1 else {}),
+        **({} if window is None else {"accumulate": window}),
     )
-
-
-def accumulation(trainer: L.Trainer | None) -> int:
-    """The batches of one optimizer step on each process (trainer.accumulate_grad_batches)."""
-    return int(trainer.accumulate_grad_batches) if trainer is not None else 1
 
 
 class ExamplesDataModule(L.LightningDataModule):
     """A data module whose `attach` encodes the examples into `train_set` and `val_set` and
-    keeps the objective's `collate_fn`: training batches are shuffled, validation batches keep
-    the examples' order. A module whose splits are held elsewhere overrides the two loaders.
+    keeps the objective's `collate_fn` and the `window` of training batches an optimizer step
+    takes: training batches are shuffled and handed out a window at a time, validation batches
+    keep the examples' order. A module whose splits are held elsewhere overrides the two loaders.
 
     Args:
         batch_size: examples per batch (per process under DDP).
@@ -110,6 +107,7 @@ class ExamplesDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = check_num_workers(num_workers)
         self.collate_fn: Callable[[list[Any]], dict] | None = None
+        self.window = 1  # training batches per optimizer step, as `attach` is given it
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)
@@ -126,5 +124,5 @@ class ExamplesDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
-            accumulate=accumulation(self.trainer) if shuffle else 1,
+            window=self.window if shuffle else None,
         )

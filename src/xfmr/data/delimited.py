@@ -72,12 +72,19 @@ class DelimitedDataModule(ExamplesDataModule):
         train, val = self.examples()
         return _texts(train), _texts(val)
 
-    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
+    def attach(
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict],
+        *,
+        window: int = 1,
+    ) -> None:
         index = {label: i for i, label in enumerate(self.label_names())}
         train, val = self.examples()
         self.train_set = self._encode(tokenizer, train, index)
         self.val_set = self._encode(tokenizer, val, index)
         self.collate_fn = collate_fn
+        self.window = window
 
     @staticmethod
     def _encode(tokenizer: TextTokenizer, rows: list[TextExample], index: dict[str, int]) -> list:

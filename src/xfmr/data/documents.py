@@ -231,10 +231,15 @@ class DocumentsDataModule(ExamplesDataModule):
         return tuple("\n".join(s for doc in split for s in doc) for split in self.documents())
 
     def attach(
-        self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]]
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]],
+        *,
+        window: int = 1,
     ) -> None:
         """Encode every sentence with `tokenizer` (or memory-map them from the token cache);
-        batches are made by the objective's `collate_fn`."""
+        batches are made by the objective's `collate_fn`, training batches handed out `window`
+        at a time (one optimizer step's, gradient accumulation)."""
         if self.cache:
             train, val = self._mapped_documents(tokenizer)
         else:
@@ -242,6 +247,7 @@ class DocumentsDataModule(ExamplesDataModule):
         self.train_set = SentencePairDataset(train)
         self.val_set = SentencePairDataset(val, seed=self.val_seed)
         self.collate_fn = collate_fn
+        self.window = window
 
     def _mapped_documents(
         self, tokenizer: TextTokenizer

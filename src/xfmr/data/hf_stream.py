@@ -18,7 +18,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from xfmr.data.base import accumulation, make_loader, require_positive
+from xfmr.data.base import make_loader, require_positive
 from xfmr.data.formats.bad_rows import BadRow, BadRows
 from xfmr.data.hf_rows import BadCell, class_names, row_cells
 from xfmr.data.hf_source import HFSource
@@ -133,6 +133,7 @@ class HFStreamingDataModule(L.LightningDataModule):
         self.on_bad_row = on_bad_row
         self.tokenizer: TextTokenizer | None = None
         self.collate_fn: Callable[[list[Any]], dict] | None = None
+        self.window = 1  # training batches per optimizer step, as `attach` is given it
 
     # -- rows ------------------------------------------------------------------------------
     def _cells(
@@ -196,12 +197,20 @@ class HFStreamingDataModule(L.LightningDataModule):
         return list(self.labels)
 
     # -- examples --------------------------------------------------------------------------
-    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
-        """Rows are encoded with `tokenizer` as batches are drawn; `collate_fn` batches them."""
+    def attach(
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict],
+        *,
+        window: int = 1,
+    ) -> None:
+        """Rows are encoded with `tokenizer` as batches are drawn; `collate_fn` batches them,
+        and training batches are handed out `window` at a time (one optimizer step's)."""
         if self.kind == "labelled":
             self.label_names()
         self.tokenizer = tokenizer
         self.collate_fn = collate_fn
+        self.window = window
 
     def examples(self, rows: Iterable[dict[str, Any]], where: str) -> Iterator[Any]:
         """The examples of `rows` of split `where`, as the in-memory module of `kind` gives."""
@@ -296,7 +305,7 @@ class HFStreamingDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
-            accumulate=accumulation(self.trainer) if training else 1,
+            window=self.window if training else None,
         )
 
 

@@ -9,9 +9,14 @@ permutation is computed index by index (`LazyPermutation`), and the training loa
 many batches of the epoch it has handed out (`state_dict`, which Lightning stores in every
 checkpoint). Each batch's indices travel with a key made from that place (`KeyedBatch`), and
 torch, numpy and Python's generators are seeded from it in whichever process reads and
-collates the batch, a loader worker or the training process; the training process reseeds them
-from a key derived from it when the batch arrives. Masking, sentence-pair draws and dropout then depend
-only on the batch's place in the run, not on how many workers made it.
+collates the batch, a loader worker or the training process; the batch then carries a key
+derived from it (`STEP_KEY`), from which the training step reseeds them just before the batch's
+forward (`seed_step`). Masking, sentence-pair draws and dropout then depend only on the batch's
+place in the run, not on how many workers made it.
+
+Training loaders hand out a gradient-accumulation window at a time (`counted_windows`): a list
+of the micro-batches of one optimizer step, so that each of Lightning's training batches is one
+optimizer step.
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ _CHUNK = 8192  # indices computed at a time
 _M64 = (1 << 64) - 1
 
 # Batch keys: the counts of what each loss term of the objective averages over, in this batch
-# and in all batches of its gradient-accumulation window (on this process).
+# and in all batches of its gradient-accumulation window (on this process); and the 64-bit key
+# (a Python int) of the random numbers the training step draws on this batch (dropout).
 COUNTS = "counts"
 WINDOW_COUNTS = "window_counts"
+STEP_KEY = "step_key"
 
 
 def _splitmix64(value: int) -> int:
@@ -134,6 +141,15 @@ def seed_generators(key: int) -> None:
     random.seed(key)
 
 
+def seed_step(batch: dict[str, Any]) -> None:
+    """Seed the generators for the training step's draws on `batch` (its dropout) from the key
+    the training loader gave it, taken out of the batch (an int the model is not to see);
+    a batch without one (a stream's) leaves them as they are."""
+    key = batch.pop(STEP_KEY, None)
+    if key is not None:
+        seed_generators(key)
+
+
 def seed_torch(seed: int) -> None:
     """What `torch.manual_seed` does to the generators a run draws from: the CPU's, and a CUDA
     or MPS device's once in use. torch.manual_seed also queues a seed for every other device
@@ -210,11 +226,11 @@ class CountedCollate:
         return batch
 
 
-def counted_windows(batches: Iterator[Any], *, position: int, size: int) -> Iterator[Any]:
-    """`batches`, from `position` in the epoch, read a window at a time: the windows are the
-    epoch's batches [0, size), [size, 2 * size), ... as gradient accumulation steps on them (the
-    one holding `position` starts there; the last may be short). Each batch that carries
-    `COUNTS` gets the window's per-term totals as `WINDOW_COUNTS`."""
+def counted_windows(batches: Iterator[Any], *, position: int, size: int) -> Iterator[list[Any]]:
+    """`batches`, from `position` in the epoch, a window at a time: the lists of the epoch's
+    batches [0, size), [size, 2 * size), ... on which gradient accumulation takes one optimizer
+    step each (the one holding `position` starts there; the last may be short). Each batch
+    that carries `COUNTS` gets the window's per-term totals as `WINDOW_COUNTS`."""
     while True:
         end = (position // size + 1) * size
         window = list(islice(batches, end - position))
@@ -225,21 +241,29 @@ def counted_windows(batches: Iterator[Any], *, position: int, size: int) -> Iter
             totals = {term: sum(c[term] for c in counted) for term in counted[0]}
             for batch in window:
                 batch[WINDOW_COUNTS] = dict(totals)
-        yield from window
+        yield window
         position += len(window)
 
 
+def windows_of(batches: int, size: int) -> int:
+    """The windows of `size` that `batches` batches make, the last perhaps short."""
+    return -(-batches // size)
+
+
 class WindowedLoader(DataLoader):
-    """A DataLoader whose batches carry their gradient-accumulation window's counts
-    (`counted_windows`), for training batches that do not come from a `TrainingLoader` (a
-    stream, which starts each epoch from its beginning)."""
+    """A DataLoader that hands out its batches a gradient-accumulation window at a time, each
+    batch with its window's counts (`counted_windows`), for training batches that do not come
+    from a `TrainingLoader` (a stream, which starts each epoch from its beginning)."""
 
     def __init__(self, *args: Any, accumulate: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.accumulate = accumulate
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[list[Any]]:  # type: ignore[override]
         return counted_windows(super().__iter__(), position=0, size=self.accumulate)
+
+    def __len__(self) -> int:
+        return windows_of(super().__len__(), self.accumulate)
 
 
 class TrainingLoader(DataLoader):
@@ -250,12 +274,13 @@ class TrainingLoader(DataLoader):
     Each batch is read and collated with torch, numpy and Python's generators seeded from
     (seed, epoch, batch, rank), in a worker process or this one alike, so the objective's
     masking and NSP's pair draws are the same in a resumed run and with any `num_workers`.
-    When the batch reaches the training process they are seeded again from a key derived from
-    the same place, for the training step's dropout.
+    Each batch also carries a key derived from the same place (`STEP_KEY`), from which the
+    training step seeds them again for its dropout (`seed_step`).
 
-    Batches are read `accumulate` at a time (`counted_windows`), the windows of gradient
-    accumulation, so each batch carries its window's counts; the place kept for a resume and
-    the reseeding go with the batch handed out, not with the batches read ahead.
+    Batches are handed out `accumulate` at a time, each list one optimizer step's window of
+    gradient accumulation (`counted_windows`), each batch with its window's counts; `len()` is
+    the epoch's number of windows. The place kept for a resume counts batches, those of the
+    windows handed out, not those read ahead.
     """
 
     def __init__(
@@ -294,18 +319,23 @@ class TrainingLoader(DataLoader):
         # otherwise): the same batches, with the key that goes with them to a worker.
         return self.keyed_batches
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        # The body runs at the first batch, after Lightning has set the epoch and restored state.
-        if not self._restored or self.position >= len(self):
+    def __iter__(self) -> Iterator[list[Any]]:  # type: ignore[override]
+        # The body runs at the first window, after Lightning has set the epoch and restored state.
+        if not self._restored or self.position >= len(self.keyed_batches):
             self.position = 0
         self._restored = False
         self.order.start = self.position * self.batch_size  # type: ignore[operator]
-        batches = counted_windows(super().__iter__(), position=self.position, size=self.accumulate)
-        for batch in batches:
-            key = batch_key(self.seed, self.order.epoch, self.position, self.order.rank)
-            seed_generators(_splitmix64(key))  # the step's numbers, apart from the collate's
-            self.position += 1
-            yield batch
+        windows = counted_windows(super().__iter__(), position=self.position, size=self.accumulate)
+        for window in windows:
+            for batch in window:
+                key = batch_key(self.seed, self.order.epoch, self.position, self.order.rank)
+                if isinstance(batch, dict):  # the step's numbers, apart from the collate's
+                    batch[STEP_KEY] = _splitmix64(key)
+                self.position += 1
+            yield window
+
+    def __len__(self) -> int:
+        return windows_of(len(self.keyed_batches), self.accumulate)
 
     def state_dict(self) -> dict[str, int]:
         # The epoch and seed come back through Lightning's loop state and the run's config.

@@ -93,11 +93,18 @@ class ParallelDataModule(ExamplesDataModule):
         train, val = self.pairs()
         return "\n".join(s + "\n" + t for s, t in train), "\n".join(s + "\n" + t for s, t in val)
 
-    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
+    def attach(
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict],
+        *,
+        window: int = 1,
+    ) -> None:
         train, val = self.pairs()
         self.train_pairs = self._encode(tokenizer, train)
         self.val_pairs = self._encode(tokenizer, val)
         self.collate_fn = collate_fn
+        self.window = window
 
     def _encode(self, tokenizer: TextTokenizer, pairs: list[tuple[str, str]]) -> list:
         sources = tokenizer.encode_batch([s for s, _ in pairs])

@@ -128,7 +128,13 @@ class SquadDataModule(ExamplesDataModule):
         """(train, val) text: each distinct context once, and every question."""
         return tuple(_texts(examples) for examples in self.examples())
 
-    def attach(self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict]) -> None:
+    def attach(
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict],
+        *,
+        window: int = 1,
+    ) -> None:
         train, val = self.examples()
         questions = self._encode(tokenizer, train)
         # Training reads every window on its own, BERT's features; validation keeps a
@@ -150,6 +156,7 @@ class SquadDataModule(ExamplesDataModule):
                 self.windows_without_answer[split],
             )
         self.collate_fn = collate_fn
+        self.window = window
 
     def _encode(self, tokenizer: TextTokenizer, examples: list[QAExample]) -> list[QAItem]:
         contexts = list(dict.fromkeys(e.context for e in examples))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from xfmr.data.base import accumulation, cache_setting, make_loader, require_positive
+from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.data.loading import device_loading
 from xfmr.data.settings import AUTO_WORKERS, check_num_workers
@@ -101,6 +101,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.train_ids: torch.Tensor | MappedIds | None = None
         self.val_ids: torch.Tensor | MappedIds | None = None
         self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
+        self.window = 1  # training batches per optimizer step, as `attach` is given it
 
     # -- text ------------------------------------------------------------------------------
     def files(self) -> list[Path]:
@@ -139,10 +140,15 @@ class TextCorpusDataModule(L.LightningDataModule):
 
     # -- tokens ----------------------------------------------------------------------------
     def attach(
-        self, tokenizer: TextTokenizer, collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]]
+        self,
+        tokenizer: TextTokenizer,
+        collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]],
+        *,
+        window: int = 1,
     ) -> None:
         """Encode both splits with `tokenizer` (or memory-map them from the token cache);
-        batches are made by the objective's `collate_fn`."""
+        batches are made by the objective's `collate_fn`, training batches handed out `window`
+        at a time (one optimizer step's, gradient accumulation)."""
         files = self.cached_files()
         if files is None:
             train, val = self.split_text()
@@ -161,6 +167,7 @@ class TextCorpusDataModule(L.LightningDataModule):
             self.val_ids = cache.ids(split, cache.index["tokens"])
             self._split = None  # the tokenizer's training text, if it was read, is not needed
         self.collate_fn = collate_fn
+        self.window = window
         need = self.block_size + 1
         for name, ids in (("training", self.train_ids), ("validation", self.val_ids)):
             if len(ids) < need:
@@ -207,7 +214,7 @@ class TextCorpusDataModule(L.LightningDataModule):
             num_workers=loading.num_workers,
             collate_fn=self.collate_fn,
             pin_memory=loading.pin_memory,
-            accumulate=accumulation(self.trainer) if shuffle else 1,
+            window=self.window if shuffle else None,
         )
 
 

@@ -76,10 +76,12 @@ class Parts:
     model: nn.Module
 
 
-def build_parts(plan: Plan, *, data: DataConfig | None = None, is_worker: bool = False) -> Parts:
+def build_parts(
+    plan: Plan, *, data: DataConfig | None = None, is_worker: bool = False, window: int = 1
+) -> Parts:
     """Build the run's parts from `plan`; `data` (the data section, or an evaluation's) is
-    built and attached when given. A DDP worker (`is_worker`) reads what rank 0 wrote and
-    writes nothing."""
+    built and attached when given, its training batches `window` to an optimizer step. A DDP
+    worker (`is_worker`) reads what rank 0 wrote and writes nothing."""
     objective: Objective = plan.objective.build()
     # A finished run's labels come from its labels.json; a training run's from its data, below.
     finished_labels = plan.finished and objective.uses_labels
@@ -93,7 +95,9 @@ def build_parts(plan: Plan, *, data: DataConfig | None = None, is_worker: bool =
         objective.bind_labels(labels)
     if datamodule is not None:
         # Each batch with its loss terms' counts (what gradient accumulation divides by).
-        datamodule.attach(tokenizer, CountedCollate(objective.collate, objective.counts))
+        datamodule.attach(
+            tokenizer, CountedCollate(objective.collate, objective.counts), window=window
+        )
     model_config = plan.model_config or _model_config(
         plan, tokenizer.vocab_size, objective, announce=not is_worker
     )

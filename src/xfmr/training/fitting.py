@@ -22,14 +22,15 @@ from xfmr.parts.build import Parts
 from xfmr.run_dir.files import CHECKPOINT_DIR, CONFIG_FILE, DDP_LOG_DIR, LAST_CHECKPOINT
 from xfmr.targets import plain
 from xfmr.text.tokenizers import TextTokenizer
-from xfmr.training.callbacks import RunSummary, TextSample
 from xfmr.training.checkpoint_saving import AtomicCheckpointIO
 from xfmr.training.guards import TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
-from xfmr.training.module import XfmrModule
+from xfmr.training.module import TAKEN_FROM_TRAINER, XfmrModule
+from xfmr.training.run_summary import RunSummary
 from xfmr.training.slurm import Requeue, cluster_plugins, requeue_plan
+from xfmr.training.text_sample import TextSample
 
 log = logging.getLogger("xfmr")
 
@@ -80,7 +81,7 @@ def fit_run(
             logger=loggers or False,
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
-            **validation_cadence(config.trainer.settings),
+            **TAKEN_FROM_TRAINER,
         )
         failure = fit(trainer, module, parts.datamodule, ckpt_path, config, stop_on_signal)
         status = run_status(trainer, failure, pruning, stop_on_signal)
@@ -93,19 +94,6 @@ def fit_run(
                 status = "interrupted"
         finish_loggers(trainer, status)
     return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
-
-
-def validation_cadence(trainer: Any) -> dict[str, Any]:
-    """Lightning's `val_check_interval` for xfmr's: an int counts optimizer steps in xfmr
-    (conf/trainer/default.yaml), as log_every_n_steps and the checkpoints'
-    every_n_train_steps do in Lightning too, but training batches in Lightning, of which
-    gradient accumulation takes `accumulate_grad_batches` a step. A fraction of an epoch
-    stays as it is."""
-    interval = trainer.get("val_check_interval")
-    batches = int(trainer.get("accumulate_grad_batches") or 1)
-    if isinstance(interval, bool) or not isinstance(interval, int) or batches == 1:
-        return {}
-    return {"val_check_interval": interval * batches}
 
 
 def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:

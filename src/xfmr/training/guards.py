@@ -33,7 +33,7 @@ class NonFiniteGuard:
       `found_inf`, the tensor torch's GradScaler gives it to skip an fp16 step, and where it is
       set the fused kernel leaves the weights, the moments and the step count as they were
       (fp16's own scaler skips a step whose gradients are not finite, as a non-finite loss
-      makes them). `XfmrModule.optimizer_step` hands it over.
+      makes them). The training step (`XfmrModule`) hands it over.
     - `settle` reads the window where reading costs no step: at logging steps, before a
       checkpoint is written, before validation and when training ends. Each bad step found
       there is logged and counted against `max_skips`, or stops the run naming the step, what
@@ -345,3 +345,24 @@ def skipped_where(optimizer: Any, flag: torch.Tensor | None) -> Iterator[None]:
         yield
     finally:
         del inner.found_inf, inner.grad_scale
+
+
+@contextmanager
+def update_left_out(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """The torch optimizer's `step` makes no update while this lasts: it runs the closure it is
+    given (the hooks Lightning runs inside a step) and leaves the weights and its state as
+    they were. Its `step` is replaced on the instance, and put back as it was there (torch's LR
+    schedulers wrap it on the instance, to note that the optimizer has stepped)."""
+    own = vars(optimizer).get("step")
+    optimizer.step = _closure_only  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own is None:
+            del optimizer.step
+        else:
+            optimizer.step = own  # type: ignore[method-assign]
+
+
+def _closure_only(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+    return closure() if closure is not None else None

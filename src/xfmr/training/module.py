@@ -1,5 +1,12 @@
 """The LightningModule: wires model, objective, metrics, optimizer and schedule; no model maths.
 
+Each of Lightning's training batches is one optimizer step's window of micro-batches (the
+training loader hands them out a window at a time, `xfmr.data.order.counted_windows`), and the
+training step makes the whole step under Lightning's manual optimization: every micro-batch's
+forward and backward, the non-finite guard's verdict, clipping, the update and the schedule.
+Lightning's own counters (`global_step`, `log_every_n_steps`, `val_check_interval`,
+`limit_train_batches`) then count optimizer steps.
+
 The training loss is that of one batch holding every micro-batch of the optimizer step on every
 process (`xfmr.objectives.terms`): each micro-batch's per-term sums are divided by the step's
 totals of counted targets, which the training loader attaches to each batch of the window
@@ -11,31 +18,42 @@ as much as one of many.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from xfmr.data.order import COUNTS, WINDOW_COUNTS
+from xfmr.data.order import COUNTS, WINDOW_COUNTS, seed_step
 from xfmr.objectives.contract import Objective
 from xfmr.objectives.terms import TermLoss, Terms, divided, loss_sums
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
+from xfmr.training.earlier_checkpoints import from_automatic_optimization
 from xfmr.training.guards import (
     GradientNorms,
     NonFiniteGuard,
     gradient_norms,
     skipped_where,
     takes_found_inf,
+    update_left_out,
 )
 from xfmr.training.optim import param_groups
 
 log = logging.getLogger("xfmr")
+
+# The Trainer's settings that the module takes over, which Lightning refuses under manual
+# optimization: the Trainer gets these, the module the config's (`accumulate`,
+# `gradient_clip_val`, `gradient_clip_algorithm`) and the data module the window.
+TAKEN_FROM_TRAINER: dict[str, Any] = {
+    "accumulate_grad_batches": 1,
+    "gradient_clip_val": None,
+    "gradient_clip_algorithm": None,
+}
 
 
 class XfmrModule(L.LightningModule):
@@ -51,6 +69,11 @@ class XfmrModule(L.LightningModule):
     nonfinite_guard: judges each step's loss and gradients before the update; a step it
         refuses is left out whole: no update (AdamW's moments, step count and weight decay
         stay as they were) and no schedule step (see `NonFiniteGuard`).
+    accumulate: micro-batches per optimizer step (`trainer.accumulate_grad_batches`), the
+        window the data module hands out; read here to resume checkpoints written before
+        the window was one batch (`xfmr.training.earlier_checkpoints`).
+    gradient_clip_val, gradient_clip_algorithm: clipping before each update, as Lightning's
+        Trainer arguments of those names mean it (None or 0: none; "norm" or "value").
     """
 
     def __init__(
@@ -64,9 +87,13 @@ class XfmrModule(L.LightningModule):
         backbone_lr_scale: float = 1.0,
         compile: str | None = None,
         nonfinite_guard: NonFiniteGuard | None = None,
+        accumulate: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({"model_config": model_config})
+        self.automatic_optimization = False
         self.model = model
         self.objective = objective
         self.compile_mode = compile
@@ -77,11 +104,11 @@ class XfmrModule(L.LightningModule):
         self.scheduler_factory = scheduler
         self.backbone_lr_scale = backbone_lr_scale
         self.nonfinite_guard = nonfinite_guard
-        self._last_step_taken = True
+        self.accumulate = accumulate
+        self.gradient_clip_val = gradient_clip_val or 0.0
+        self.gradient_clip_algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
-        self._clip_by: GradientNorms | None = None
-        self._step_totals: torch.Tensor | None = None  # the optimizer step's counts, all ranks
         self._step_loss: torch.Tensor | None = None  # this rank's part of the step's loss
         self._sharded = False
         self.val_loss = TermLoss(objective.loss_terms)
@@ -106,43 +133,70 @@ class XfmrModule(L.LightningModule):
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model(*args, **kwargs)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        if self.compile_mode == "reduce-overhead":  # the last step's graph outputs are free
+    def training_step(self, window: list[dict[str, Any]], batch_idx: int) -> None:
+        """One optimizer step on `window`, its micro-batches (gradient accumulation)."""
+        counts = [self._counts(batch) for batch in window]
+        totals = self._totals(window, counts)
+        step_loss = None
+        for index, (batch, batch_counts) in enumerate(zip(window, counts, strict=True)):
+            with self._gradient_sync(held=index < len(window) - 1):
+                share = self._backward(batch, batch_counts, totals)
+            step_loss = share if step_loss is None else step_loss + share
+        self._step_loss = step_loss
+        self._optimizer_step()
+
+    def _backward(self, batch: dict[str, Any], counts: Terms, totals: Terms) -> torch.Tensor:
+        """One micro-batch's forward and backward; its part of the step's loss, detached."""
+        if self.compile_mode == "reduce-overhead":  # the last graph's outputs are free
             torch.compiler.cudagraph_mark_step_begin()
+        seed_step(batch)  # dropout's numbers, from the micro-batch's place in the run
         loss, _ = self.training_loss(self.model, batch)
-        counts = self._counts(batch)
-        sums = loss_sums(self.objective.name, loss, counts)
-        first = batch_idx % self.trainer.accumulate_grad_batches == 0
-        share = divided(sums, self._totals(batch, counts, renew=first))
-        done = share.detach()
-        self._step_loss = done if first or self._step_loss is None else self._step_loss + done
-        # Lightning divides the loss by accumulate_grad_batches (also in a short last window)
-        # and DDP averages gradients over the processes: both undone, the step's gradient is
-        # that of the sum over the step's targets divided by their count.
-        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size
-        return share * scale if scale != 1 else share
+        share = divided(loss_sums(self.objective.name, loss, counts), totals)
+        # DDP and FSDP average the gradients over the processes (torch's contract for both);
+        # each process's loss is its sums over the step's totals on all of them, so the world
+        # size makes that mean their sum: the gradient of the step's sum over its targets
+        # divided by their count.
+        scale = self.trainer.world_size
+        self.manual_backward(share * scale if scale != 1 else share)
+        return share.detach()
+
+    @contextmanager
+    def _gradient_sync(self, *, held: bool) -> Iterator[None]:
+        """Gradients added over the processes at the window's last backward only, the earlier
+        ones adding up on each process: DDP's `no_sync`, through the strategy's
+        `block_backward_sync`; FSDP2's `set_requires_gradient_sync`, which that does not reach
+        (Lightning's blocks a DistributedDataParallel wrapper only)."""
+        if not held or self.trainer.world_size == 1:
+            yield
+            return
+        set_sync = getattr(self.model, "set_requires_gradient_sync", None)  # an FSDP2 module
+        if set_sync is None:
+            with self.trainer.strategy.block_backward_sync():
+                yield
+            return
+        set_sync(False)
+        try:
+            yield
+        finally:
+            set_sync(True)
 
     def _counts(self, batch: dict[str, Any]) -> Terms:
         """The batch's counts: made on the host with the batch, or else counted here."""
         counts = batch.get(COUNTS)
         return counts if counts is not None else self.objective.counts(batch)
 
-    def _totals(self, batch: dict[str, Any], counts: Terms, *, renew: bool) -> Terms:
+    def _totals(self, window: list[dict[str, Any]], counts: list[Terms]) -> Terms:
         """The counts of the optimizer step on all processes: the window's totals the loader
-        attached, added over the ranks once per window (on the device: no read). A loader
-        that attaches none (a stream) gives each micro-batch an equal part of the step."""
-        window = batch.get(WINDOW_COUNTS)
-        if window is not None and self.trainer.world_size == 1:
-            return window  # this process's window is the step's: nothing to add or stack
+        attached (or else its batches' counts added here), added over the ranks once per window
+        (on the device: no read)."""
+        totals = window[0].get(WINDOW_COUNTS)
+        if totals is None:
+            totals = {term: sum(c[term] for c in counts) for term in counts[0]}
+        if self.trainer.world_size == 1:
+            return totals  # this process's window is the step's: nothing to add or stack
         terms = self.objective.loss_terms
-        if window is None:
-            totals = self._all_ranks(torch.stack([counts[t] for t in terms]))
-            totals = totals * self.trainer.accumulate_grad_batches
-        else:
-            if renew or self._step_totals is None:
-                self._step_totals = self._all_ranks(torch.stack([window[t] for t in terms]))
-            totals = self._step_totals
-        return dict(zip(terms, totals.unbind(), strict=True))
+        summed = self._all_ranks(torch.stack([totals[t] for t in terms]))
+        return dict(zip(terms, summed.unbind(), strict=True))
 
     def _all_ranks(self, values: torch.Tensor) -> torch.Tensor:
         """`values` added over the processes, on a copy. torch.distributed's all-reduce, not
@@ -162,6 +216,75 @@ class XfmrModule(L.LightningModule):
         if self._step_loss is None:
             return None
         return self._all_ranks(self._step_loss)
+
+    def _optimizer_step(self) -> None:
+        """The update from the window's gradients: the guard's verdict, clipping, the step of
+        Lightning's optimizer (which counts `trainer.global_step`; under fp16 its precision
+        plugin steps through the loss scaler) and the schedule, for the updates taken."""
+        optimizer = self.optimizers()
+        scaled = self._loss_scaled()
+        guard = self.nonfinite_guard
+        # fp16's loss scaler finds inf gradients itself; otherwise the gradients' norms serve
+        # the guard and clipping both.
+        measure = not scaled and (guard is not None or self.gradient_clip_val)
+        norms = gradient_norms(self._guarded) if measure else None
+        bad = None
+        if guard is not None:
+            bad = guard.verdict(
+                self.trainer.global_step,
+                self.step_loss(),
+                norms,
+                agree=self._all_ranks if self.trainer.world_size > 1 else None,
+            )
+        if not scaled:  # under fp16, clipped once unscaled (`on_before_optimizer_step`)
+            self._clip(norms)
+        taken = self._update(optimizer, bad)
+        optimizer.zero_grad()
+        if taken:
+            for config in self.trainer.lr_scheduler_configs:
+                config.scheduler.step()
+        if guard is not None and self._skips_on_device and is_logging_step(self.trainer):
+            self.settle_guard()
+
+    def _update(self, optimizer: Any, bad: torch.Tensor | None) -> bool:
+        """Step `optimizer`, Lightning's; False where the guard leaves the step out on the host.
+        A step left out still counts toward `trainer.max_steps` (skipped steps count): Lightning
+        counts a step in its optimizer's `step`, which runs with the torch optimizer's update
+        left out (`update_left_out`)."""
+        guard = self.nonfinite_guard
+        if guard is None:
+            optimizer.step()
+            return True
+        if not self._skips_on_device:
+            taken = not guard.settle()  # read every step
+            with nullcontext() if taken else update_left_out(optimizer.optimizer):
+                optimizer.step()
+            return taken
+        # The update is left out on the device where `bad` is set; fp16's scaler leaves out a
+        # step whose gradients are not finite itself.
+        with skipped_where(optimizer, None if self._loss_scaled() else bad):
+            optimizer.step()
+        return True
+
+    def _clip(self, norms: GradientNorms | None) -> None:
+        """Clip the gradients as `gradient_clip_val` and `gradient_clip_algorithm` say: by norm
+        with the guard's norms, their total as clip_grad_norm_ takes it (one pass over the
+        gradients for both). Without a scaler nothing is unscaled, so a fused optimizer's
+        gradients are clipped as in full precision."""
+        if not self.gradient_clip_val or norms is None:
+            return
+        if self.gradient_clip_algorithm == GradClipAlgorithmType.VALUE:
+            torch.nn.utils.clip_grad_value_(norms.params, self.gradient_clip_val)
+            return
+        torch.nn.utils.clip_grads_with_norm_(norms.params, self.gradient_clip_val, norms.total)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Under fp16, Lightning's precision plugin calls this inside the optimizer's step, once
+        # the loss scaler has unscaled the gradients and before it steps.
+        if self._loss_scaled() and self.gradient_clip_val:
+            self.clip_gradients(
+                optimizer, self.gradient_clip_val, self.gradient_clip_algorithm.value
+            )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self.objective.forward(self.model, batch)
@@ -194,45 +317,6 @@ class XfmrModule(L.LightningModule):
                 type(optimizer).__name__,
             )
 
-    def optimizer_step(
-        self,
-        epoch: int,
-        batch_idx: int,
-        optimizer: Any,
-        optimizer_closure: Callable[[], Any] | None = None,
-    ) -> None:
-        """Lightning runs the closure (training_step, zero_grad, backward) inside
-        `optimizer.step`; with a guard it runs first, so the guard sees the gradients before
-        the update and the update can be left out."""
-        guard = self.nonfinite_guard
-        if guard is None or optimizer_closure is None:
-            super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
-            return
-        result = optimizer_closure()  # runs the window's last training_step
-        # The step's loss over all ranks: one more sum over them, with the guard's own.
-        loss = None if result is None else self.step_loss()
-        # fp16's loss scaler finds inf gradients itself and skips those steps; otherwise the
-        # gradients' norms serve the guard and clipping both.
-        norms = gradient_norms([] if self._loss_scaled() else self._guarded)
-        self._clip_by = norms
-        bad = guard.verdict(
-            self.trainer.global_step,
-            loss,
-            norms,
-            agree=self._all_ranks if self.trainer.world_size > 1 else None,
-        )
-        if not self._skips_on_device:
-            self._last_step_taken = not guard.settle()  # read every step
-            if self._last_step_taken:
-                optimizer.step(closure=lambda: result)
-            return
-        # Clipping and the hooks before the update run inside step; the update is left out
-        # on the device where `bad` is set.
-        with skipped_where(optimizer, None if self._loss_scaled() else bad):
-            optimizer.step(closure=lambda: result)
-        if is_logging_step(self.trainer):
-            self.settle_guard()
-
     def settle_guard(self) -> None:
         """Read the guard's record; wind the schedule back over the steps it left out."""
         if self.nonfinite_guard is None or not self._skips_on_device:
@@ -261,38 +345,10 @@ class XfmrModule(L.LightningModule):
         checkpoint["nonfinite_skipped"] = list(self.nonfinite_guard.skipped)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning calls this before it restores its loops from the same dict.
+        from_automatic_optimization(checkpoint, window=self.accumulate)
         if self.nonfinite_guard is not None:
             self.nonfinite_guard.skipped = list(checkpoint.get("nonfinite_skipped", []))
-
-    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """The schedule follows the updates taken: a step left out on the host does not
-        advance it (one left out on the device is wound back by `settle_guard`)."""
-        if self._last_step_taken:
-            super().lr_scheduler_step(scheduler, metric)
-
-    def configure_gradient_clipping(
-        self,
-        optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        plugin = self.trainer.precision_plugin
-        measured, self._clip_by = self._clip_by, None
-        if isinstance(plugin, MixedPrecision) and plugin.scaler is not None:
-            super().configure_gradient_clipping(
-                optimizer, gradient_clip_val, gradient_clip_algorithm
-            )
-            return
-        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
-        if measured is not None and gradient_clip_val and algorithm == GradClipAlgorithmType.NORM:
-            # The guard's norms, their total as clip_grad_norm_ takes it: one pass over the
-            # gradients for both.
-            torch.nn.utils.clip_grads_with_norm_(measured.params, gradient_clip_val, measured.total)
-            return
-        # Without a scaler nothing is unscaled, so a fused optimizer's gradients are clipped as
-        # in full precision. Lightning's mixed-precision plugin refuses any fused optimizer,
-        # whatever the dtype; its base class clips without that check.
-        Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
 
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
@@ -305,7 +361,7 @@ class XfmrModule(L.LightningModule):
             else None,
         )
         extra = {}
-        if defaults.get("fused") and self._loss_scaled() and self.trainer.gradient_clip_val:
+        if defaults.get("fused") and self._loss_scaled() and self.gradient_clip_val:
             # Lightning cannot clip gradients that a fused optimizer unscales internally (fp16).
             extra["fused"] = False
         optimizer = self.optimizer_factory(groups, **extra)
@@ -317,6 +373,7 @@ class XfmrModule(L.LightningModule):
             else int(self.trainer.estimated_stepping_batches)
         )
         scheduler = self.scheduler_factory(optimizer, total_steps=total)
+        # Stepped by the training step; the interval tells Lightning's LearningRateMonitor.
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},

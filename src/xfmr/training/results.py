@@ -14,10 +14,10 @@ import torch
 from xfmr.errors import DiskFull, RunFailed, RunInterrupted
 from xfmr.files import write_json
 from xfmr.run_dir.files import RESULTS_FILE
-from xfmr.training.callbacks import validation_coverage
 from xfmr.training.fitting import Fitted
 from xfmr.training.interrupts import StopOnSignal
 from xfmr.training.module import XfmrModule
+from xfmr.training.run_summary import validation_coverage
 from xfmr.training.slurm import requeue
 
 

@@ -56,7 +56,9 @@ def run_training(
     # Rank 0 writes the run directory; the other ranks (xfmr's DDP workers, and those torchrun
     # or SLURM started, on this node or others) read what it wrote.
     writes = not is_worker and is_global_rank_zero()
-    parts = build_parts(plan, data=config.data, is_worker=not writes)
+    parts = build_parts(
+        plan, data=config.data, is_worker=not writes, window=config.trainer.accumulate
+    )
     ckpt_path = resolve_checkpoint(config.ckpt_path, run_dir, parts.model_config)
     config = chosen(config, parts.model_config, ckpt_path)
     if writes:
@@ -146,4 +148,7 @@ def training_module(config: RunConfig, parts: Parts, nonfinite: NonFiniteGuard) 
         backbone_lr_scale=config.finetune.backbone_lr_scale,
         compile=config.compile,
         nonfinite_guard=nonfinite,
+        accumulate=config.trainer.accumulate,
+        gradient_clip_val=config.trainer.get("gradient_clip_val"),
+        gradient_clip_algorithm=config.trainer.get("gradient_clip_algorithm"),
     )
