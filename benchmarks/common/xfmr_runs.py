@@ -3,7 +3,8 @@
 The one place that knows the command (`python -m xfmr.cli.train` in this interpreter), the
 environment a child gets (its cache directory; benchmarks/ on PYTHONPATH when it loads a
 script's callback), the run directory's files (results.json, csv/metrics.csv), composing the
-same config in this process, and the GPT shape a benchmark gives both xfmr-train and nanoGPT.
+same config in this process, the GPT shape a benchmark gives both xfmr-train and nanoGPT, and
+the overrides that several scripts give a run alike.
 
 The module imports the standard library alone; torch, Hydra and xfmr load inside the functions
 that need them, so a plain PyTorch loop or a child that imports a script for its callback loads
@@ -51,6 +52,19 @@ class Shape:
             f"data.block_size={self.block_size}",
             f"data.batch_size={self.batch_size}",
         ]
+
+
+def shakespeare_run(data: Path, steps: int, shape: Shape | None = None) -> list[str]:
+    """xfmr-train's overrides for nanoGPT's Shakespeare experiment on `data`, at `shape` where
+    one is given, for `steps` steps, validated once after the last and not before the first."""
+    return [
+        "experiment=nanogpt_shakespeare_char",
+        f"data.path={data}",
+        *(shape.overrides() if shape else ()),
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.num_sanity_val_steps=0",
+    ]
 
 
 def flops_per_token(shape: Shape, vocab_size: int) -> float:
