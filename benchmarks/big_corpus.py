@@ -46,7 +46,6 @@ The machine may be running other work: times are upper bounds; the load average 
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import re
@@ -60,6 +59,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from common.cli import command_line, script_parser
 from common.xfmr_runs import child_env, train_command
 from xfmr.training.throughput import cpu_model
 
@@ -287,7 +287,7 @@ def print_table(corpus: Path, reused: bool, runs: dict[str, Run], rate: float, l
         ("peak RSS, tiny Shakespeare (cache built), MB", f"{small.peak_rss_mb:.0f}"),
         ("peak RSS difference, MB", f"{difference:+.0f} ({within} {RSS_BUDGET_MB} MB)"),
     ]
-    print(f"\n`{' '.join(sys.argv)}`\n")
+    print(f"\n`{command_line()}`\n")
     print(
         f"{machine()}; load average {loads[0]:.2f} before, {loads[1]:.2f} after "
         "(other work shares the machine: times are upper bounds)\n"
@@ -303,7 +303,7 @@ def warm_starts(corpus: Path, out: Path, cache: Path, steps: int) -> None:
     if not (cache / "tokens").is_dir():
         sys.exit(f"--warm: {cache} holds no token cache; run once without --warm first")
     load = os.getloadavg()[0]
-    print(f"\n`{' '.join(sys.argv)}`\n\n{machine()}; load average {load:.2f} before\n")
+    print(f"\n`{command_line()}`\n\n{machine()}; load average {load:.2f} before\n")
     print("| start | tokenizer ready / first step / exit, s | CPU s | peak RSS, MB | tokenized? |")
     print("|---|--:|--:|--:|---|")
     for name in ("second-warm-1", "second-warm-2"):
@@ -322,7 +322,7 @@ def milestones(run: Run, tokenizer_at: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--data", type=Path, required=True, help="xfmr's shipped corpora")
     parser.add_argument("--source", type=Path, nargs="+", help=f"default: {DEFAULT_SOURCES}")
     parser.add_argument("--size-mb", type=int, default=1024)

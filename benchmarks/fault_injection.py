@@ -14,7 +14,6 @@ the run had checkpointed when it was killed) and a verdict; exit status 1 if any
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from common.cli import script_parser
 from common.xfmr_runs import child_env, train_command
 
 STEPS = 200
@@ -103,7 +103,7 @@ def differences(ours: tuple, theirs: tuple) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0, help="seeds the kill times")
     parser.add_argument("--data", type=Path, help="a text file (default: one written here)")

@@ -23,7 +23,6 @@ torch.profiler (`xfmr.training.profiling.ProfileSteps`) and prints where the tim
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 
 from common import nanogpt
+from common.cli import add_nanogpt, add_shakespeare, script_parser
 from common.nanogpt import SETTLE_STEPS
 from common.xfmr_runs import Shape, flops_per_token, logged_steps, train_config, xfmr_train
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
@@ -188,9 +188,9 @@ def profile_bf16(shape: Shape, data: Path, out: Path, steps: int, warmup: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, help="nanoGPT's directory (left unmodified)")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser, required=False)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpt_throughput"))
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--d-model", type=int, default=512)
@@ -204,8 +204,6 @@ def main() -> None:
     parser.add_argument("--peak-tflops-fp32", type=float)
     parser.add_argument("--peak-tflops-bf16", type=float)
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
     if args.steps <= SETTLE_STEPS + 1:
         sys.exit(f"--steps {args.steps}: give more than {SETTLE_STEPS + 1} (steps 6..N are timed)")
     shape = Shape(args.d_model, args.layers, args.heads, args.block, args.batch)

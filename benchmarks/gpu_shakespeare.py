@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shlex
 import statistics
 import sys
 import tempfile
@@ -60,6 +59,7 @@ import lightning
 import torch
 
 from common import nanogpt
+from common.cli import add_nanogpt, add_shakespeare, command_line, script_parser
 from common.nanogpt import SETTLE_STEPS
 from common.xfmr_runs import Shape, flops_per_token, validation_blocks, xfmr_train
 from xfmr.checks import device_precision
@@ -408,9 +408,9 @@ def printed_profile(stdout: str) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's directory")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpu_shakespeare"))
     parser.add_argument("--out-json", type=Path, help="every row and goal, written as measured")
     parser.add_argument("--steps", type=int, default=5000, help="for every run (nanoGPT: 5000)")
@@ -424,10 +424,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
-    if not (args.nanogpt / "train.py").is_file():
-        sys.exit(f"--nanogpt {args.nanogpt}: no train.py there (nanoGPT's directory)")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA GPU here; --device cpu runs the same path on the CPU")
     if min(args.steps, args.gpt2_steps) <= SETTLE_STEPS + 1:
@@ -437,7 +433,7 @@ def parse_args() -> argparse.Namespace:
 
 def header(args, device: torch.device, precision: str, peak: Peak | None) -> dict:
     return {
-        "command": shlex.join(["python", *sys.argv]),
+        "command": command_line(),
         "device": device_name(device),
         "torch": torch.__version__,
         "lightning": lightning.__version__,

@@ -22,14 +22,13 @@ median of steps 6..N without the evaluation steps.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from common import nanogpt
+from common.cli import add_nanogpt, add_shakespeare, script_parser
 from common.xfmr_runs import validation_blocks, xfmr_train
 from xfmr.runs.evaluation import evaluate_loss
 
@@ -112,15 +111,13 @@ def print_table(rows: list[dict], steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's directory")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/nanogpt_loss"))
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     data = args.data.resolve()

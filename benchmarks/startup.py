@@ -42,6 +42,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.cli import script_parser
 from common.xfmr_runs import child_env
 
 PHASES = [
@@ -61,7 +62,7 @@ PHASES = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--runs", type=int, default=5, help="starts; the first builds the caches")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="xfmr-train overrides (after --)")

@@ -11,13 +11,13 @@ trial (validation every tenth of it; no pruning in its first quarter).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from common.cli import add_shakespeare, script_parser
 from common.xfmr_runs import child_env, train_command
 
 
@@ -66,8 +66,8 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="tiny Shakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_sweep_pruning"))
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps per trial")
     parser.add_argument("--trials", type=int, default=16)

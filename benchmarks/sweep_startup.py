@@ -27,6 +27,7 @@ from pathlib import Path
 
 import lightning as L
 
+from common.cli import script_parser
 from common.xfmr_runs import child_env, train_command, train_config
 
 CORPUS = (
@@ -135,7 +136,7 @@ def train_in_one_process(out: Path, steps: int, jobs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--launcher", nargs="+", default=["forkserver", "spawn"])
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_sweep_startup"))
     parser.add_argument("--jobs", type=int, default=16)

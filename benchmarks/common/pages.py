@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli import add_shakespeare, script_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A quick run: the same composition shrunk to seconds (the tests' size), never a figure. A fixed
@@ -38,10 +40,8 @@ PLUMBING = ("print_config=false", "callbacks.progress_bar=null", "trainer.enable
 
 def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:
     """The command line every experiment script takes; `doc` is its module docstring."""
-    parser = argparse.ArgumentParser(
-        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", type=Path, required=True, help="tiny Shakespeare's input.txt")
+    parser = script_parser(doc)
+    add_shakespeare(parser)
     parser.add_argument(
         "--runs", type=Path, default=ROOT / "outputs" / "experiments" / name,
         help="where the runs go; a finished run found there is reused (default: %(default)s)",
@@ -54,8 +54,6 @@ def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namesp
     parser.add_argument("--seeds", type=int, default=seeds, help="seeds per setting")
     parser.add_argument("--quick", action="store_true", help="a few steps of a tiny model")
     args = parser.parse_args()
-    if not args.data.is_file():
-        parser.error(f"--data {args.data}: no such file (tiny Shakespeare's input.txt)")
     if args.quick:
         args.steps = min(args.steps, 20)
         args.seeds = min(args.seeds, 2)
