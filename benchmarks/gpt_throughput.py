@@ -26,7 +26,6 @@ from __future__ import annotations
 import shutil
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,8 +215,7 @@ def main() -> None:
         return
     rows = []
     if args.nanogpt is not None:
-        with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-            copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+        with nanogpt.temporary_copy(args.nanogpt, data) as copy:
             rows.append(run_nanogpt(copy, shape, args.steps, warmup))
     for precision in ("32-true", "bf16-mixed"):
         for compile in (False, True) if args.compile else (False,):

@@ -51,7 +51,6 @@ import contextlib
 import json
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -472,8 +471,7 @@ def main() -> None:
     report = Report(header(args, device, precision, peak), args.out_json)
     print_header(report.header, no_peak_reason(device, precision))
     vocab_size = len(set(data.read_text(encoding="utf-8")))
-    with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-        copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+    with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         setup = Setup(args.device, precision, data, out, copy, vocab_size, peak, args.peak_tflops)
         shakespeare_rows(args, setup, report)
         if args.gpt2:

@@ -23,7 +23,6 @@ median of steps 6..N without the evaluation steps.
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -122,8 +121,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     data = args.data.resolve()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-        copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+    with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         for seed in args.seeds:
             xfmr_row = run_xfmr(data, out, args.steps, seed)
             nanogpt_row = run_nanogpt(copy, args.steps, seed)
