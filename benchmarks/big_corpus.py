@@ -60,7 +60,7 @@ import lightning as L
 import torch
 
 from common.cli import command_line, script_parser
-from common.xfmr_runs import child_env, train_command
+from common.xfmr_runs import QUIET, child_env, shakespeare_run, train_command
 from xfmr.training.throughput import cpu_model
 
 MB = 1_000_000  # as xfmr's tokenizer.train_sample_mb and token cache logs count
@@ -155,23 +155,17 @@ class Run:
 
 def overrides(data: Path, steps: int) -> list[str]:
     return [
-        "experiment=nanogpt_shakespeare_char",
+        *shakespeare_run(data, steps),
         "tokenizer=byte_bpe",
-        f"data.path={data}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         "trainer.limit_val_batches=2",
-        "trainer.num_sanity_val_steps=0",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
         f"schedule.warmup_steps={max(1, steps // 5)}",
         "throughput.peak_tflops=1.0",  # mfu is not reported; measuring the peak would delay step 1
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "callbacks.model_checkpoint=null",
         "+callbacks.first_step._target_=big_corpus.FirstStep",
         "logger=none",
-        "print_config=false",
+        *QUIET,
     ]
 
 

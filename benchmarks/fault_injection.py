@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from common.cli import script_parser
-from common.xfmr_runs import child_env, train_command
+from common.xfmr_runs import QUIET, child_env, train_command
 
 STEPS = 200
 ARGS = [
@@ -39,9 +39,7 @@ ARGS = [
     "trainer.val_check_interval=10",
     "trainer.limit_val_batches=4",
     "callbacks.periodic_checkpoint.every_n_train_steps=4",
-    "callbacks.text_sample=null",
-    "callbacks.progress_bar=null",
-    "print_config=false",
+    *QUIET,
 ]
 
 

@@ -34,7 +34,15 @@ import torch
 from common import nanogpt
 from common.cli import add_nanogpt, add_shakespeare, script_parser
 from common.nanogpt import SETTLE_STEPS
-from common.xfmr_runs import Shape, flops_per_token, logged_steps, train_config, xfmr_train
+from common.xfmr_runs import (
+    QUIET,
+    Shape,
+    flops_per_token,
+    logged_steps,
+    shakespeare_run,
+    train_config,
+    xfmr_train,
+)
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
 
 LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
@@ -60,22 +68,15 @@ class Row:
 
 def xfmr_overrides(shape: Shape, data: Path, steps: int, warmup: int) -> list[str]:
     return [
-        "experiment=nanogpt_shakespeare_char",
-        f"data.path={data}",
-        *shape.overrides(),
+        *shakespeare_run(data, steps, shape),
         f"optim.lr={LR}",
         f"schedule.warmup_steps={warmup}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         "trainer.limit_val_batches=2",
-        "trainer.num_sanity_val_steps=0",
         "trainer.log_every_n_steps=1",
         "trainer.enable_model_summary=false",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "callbacks.model_checkpoint=null",
         "logger=csv",
-        "print_config=false",
+        *QUIET,
     ]
 
 

@@ -60,7 +60,14 @@ import torch
 from common import nanogpt
 from common.cli import add_nanogpt, add_shakespeare, command_line, script_parser
 from common.nanogpt import SETTLE_STEPS
-from common.xfmr_runs import Shape, flops_per_token, validation_blocks, xfmr_train
+from common.xfmr_runs import (
+    QUIET,
+    Shape,
+    flops_per_token,
+    shakespeare_run,
+    validation_blocks,
+    xfmr_train,
+)
 from xfmr.checks import device_precision
 from xfmr.runs.evaluation import evaluate_loss
 from xfmr.training.throughput import Peak, device_name, mfu, precision_dtype, resolve_peak
@@ -134,21 +141,14 @@ class Report:
 
 def xfmr_overrides(shape: Shape, setup: Setup, steps: int) -> list[str]:
     overrides = [
-        "experiment=nanogpt_shakespeare_char",
-        f"data.path={setup.data}",
-        *shape.overrides(),
+        *shakespeare_run(setup.data, steps, shape),
         f"optim.lr={LR}",
         f"schedule.warmup_steps={min(WARMUP, max(1, steps // 5))}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         f"trainer.accelerator={'gpu' if setup.device == 'cuda' else 'cpu'}",
         f"trainer.precision={setup.precision}",
-        "trainer.num_sanity_val_steps=0",
         "trainer.enable_model_summary=false",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "logger=none",
-        "print_config=false",
+        *QUIET,
     ]
     if setup.peak_tflops is not None:
         overrides.append(f"throughput.peak_tflops={setup.peak_tflops}")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common import nanogpt
 from common.cli import add_nanogpt, add_shakespeare, script_parser
-from common.xfmr_runs import validation_blocks, xfmr_train
+from common.xfmr_runs import QUIET, validation_blocks, xfmr_train
 from xfmr.runs.evaluation import evaluate_loss
 
 EVAL_EVERY = 250  # nanoGPT's train_shakespeare_char and xfmr's experiment both
@@ -40,9 +40,7 @@ def run_xfmr(data: Path, out: Path, steps: int, seed: int) -> dict:
         f"data.path={data}",
         f"seed={seed}",
         f"trainer.max_steps={steps}",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
-        "print_config=false",
+        *QUIET,
     ]
     finished = xfmr_train(overrides, out / f"xfmr-seed{seed}", out / "cache")
     results = finished.results

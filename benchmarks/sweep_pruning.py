@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from common.cli import add_shakespeare, script_parser
-from common.xfmr_runs import child_env, train_command
+from common.xfmr_runs import QUIET, child_env, train_command
 
 
 def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, seed: int) -> dict:
@@ -39,9 +39,7 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
         f"hydra.sweeper.sampler_args.seed={seed}",
         *pruner,
         f"hydra.sweep.dir={sweep}",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
-        "print_config=false",
+        *QUIET,
     )
     started = time.perf_counter()
     # A sweep with a failed trial exits non-zero; its sweep.json still says how every trial ended.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import add_shakespeare, script_parser
+from .xfmr_runs import QUIET
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,8 +35,7 @@ QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "dat
 
 
 # How a script's runs train: quietly, the script printing a line per run.
-PLUMBING = ("print_config=false", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
-            "trainer.enable_model_summary=false", "callbacks.text_sample=null")  # fmt: skip
+PLUMBING = (*QUIET, "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false")
 
 
 def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:

@@ -28,6 +28,10 @@ from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 
+# What a script's run leaves out, as nothing a table reads comes from it: the config printed
+# at the start, the progress bar, the text sample written after training.
+QUIET = ("print_config=false", "callbacks.progress_bar=null", "callbacks.text_sample=null")
+
 
 @dataclass(frozen=True)
 class Shape:
