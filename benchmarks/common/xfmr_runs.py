@@ -117,6 +117,13 @@ def run_quietly(command: list[str], **kwargs: Any) -> str:
     return output
 
 
+def run_timed(command: list[str], **kwargs: Any) -> tuple[str, float]:
+    """`run_quietly`, and the seconds from the command's start to its exit."""
+    started = time.perf_counter()
+    output = run_quietly(command, **kwargs)
+    return output, time.perf_counter() - started
+
+
 @dataclass(frozen=True)
 class Finished:
     """An xfmr-train run that ended well: where it went, what it printed, how long it took
@@ -137,9 +144,7 @@ def xfmr_train(overrides: Sequence[str], run_dir: Path, cache_dir: Path) -> Fini
     that finished there would be resumed and train no step."""
     shutil.rmtree(run_dir, ignore_errors=True)
     command = train_command(*overrides, f"hydra.run.dir={run_dir}")
-    started = time.perf_counter()
-    output = run_quietly(command, env=child_env(cache_dir))
-    return Finished(run_dir, output, time.perf_counter() - started)
+    return Finished(run_dir, *run_timed(command, env=child_env(cache_dir)))
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:
