@@ -26,11 +26,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from common.cli import script_parser
+
 MiB = 2**20
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="size=tiny, a small batch")
     parser.add_argument("--batch", type=int, default=None, help="default: 8 (--quick: 4)")

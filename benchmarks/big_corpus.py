@@ -46,7 +46,6 @@ The machine may be running other work: times are upper bounds; the load average 
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import re
@@ -60,7 +59,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from common.xfmr_runs import child_env, train_command
+from common.cli import command_line, script_parser
+from common.xfmr_runs import QUIET, child_env, shakespeare_run, train_command
 from xfmr.training.throughput import cpu_model
 
 MB = 1_000_000  # as xfmr's tokenizer.train_sample_mb and token cache logs count
@@ -155,23 +155,17 @@ class Run:
 
 def overrides(data: Path, steps: int) -> list[str]:
     return [
-        "experiment=nanogpt_shakespeare_char",
+        *shakespeare_run(data, steps),
         "tokenizer=byte_bpe",
-        f"data.path={data}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         "trainer.limit_val_batches=2",
-        "trainer.num_sanity_val_steps=0",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
         f"schedule.warmup_steps={max(1, steps // 5)}",
         "throughput.peak_tflops=1.0",  # mfu is not reported; measuring the peak would delay step 1
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "callbacks.model_checkpoint=null",
         "+callbacks.first_step._target_=big_corpus.FirstStep",
         "logger=none",
-        "print_config=false",
+        *QUIET,
     ]
 
 
@@ -287,7 +281,7 @@ def print_table(corpus: Path, reused: bool, runs: dict[str, Run], rate: float, l
         ("peak RSS, tiny Shakespeare (cache built), MB", f"{small.peak_rss_mb:.0f}"),
         ("peak RSS difference, MB", f"{difference:+.0f} ({within} {RSS_BUDGET_MB} MB)"),
     ]
-    print(f"\n`{' '.join(sys.argv)}`\n")
+    print(f"\n`{command_line()}`\n")
     print(
         f"{machine()}; load average {loads[0]:.2f} before, {loads[1]:.2f} after "
         "(other work shares the machine: times are upper bounds)\n"
@@ -303,7 +297,7 @@ def warm_starts(corpus: Path, out: Path, cache: Path, steps: int) -> None:
     if not (cache / "tokens").is_dir():
         sys.exit(f"--warm: {cache} holds no token cache; run once without --warm first")
     load = os.getloadavg()[0]
-    print(f"\n`{' '.join(sys.argv)}`\n\n{machine()}; load average {load:.2f} before\n")
+    print(f"\n`{command_line()}`\n\n{machine()}; load average {load:.2f} before\n")
     print("| start | tokenizer ready / first step / exit, s | CPU s | peak RSS, MB | tokenized? |")
     print("|---|--:|--:|--:|---|")
     for name in ("second-warm-1", "second-warm-2"):
@@ -322,7 +316,7 @@ def milestones(run: Run, tokenizer_at: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--data", type=Path, required=True, help="xfmr's shipped corpora")
     parser.add_argument("--source", type=Path, nargs="+", help=f"default: {DEFAULT_SOURCES}")
     parser.add_argument("--size-mb", type=int, default=1024)

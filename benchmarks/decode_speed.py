@@ -15,11 +15,11 @@ forward pass over all tokens so far, logits at every position included (as a pla
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
+from common.cli import script_parser
 from xfmr.generation import GenerationConfig, generate
 from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import build_model
@@ -64,7 +64,7 @@ def timed(model, ids, mask, config: GenerationConfig) -> tuple[float, list]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--beams", type=int, default=5)

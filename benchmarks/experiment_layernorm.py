@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.pages import Page, arguments, interval, markdown_table, trained
+from common.pages import (
+    Page,
+    arguments,
+    column,
+    interval,
+    markdown_table,
+    plot_axes,
+    trained,
+    welch_difference,
+)
 
 PLACEMENTS = ("pre", "post")
 LRS = (1e-3, 3e-3, 1e-2)
@@ -137,8 +146,7 @@ def losses(
 
     frame = xfmr.compare(runs, metric="val/loss", group_by=list(KEYS))
     found = {tuple(record[k] for k in KEYS): record for record in frame.to_dict("records")}
-    mean, low, high = (next(c for c in frame.columns if c.startswith("final") and c.endswith(end))
-                       for end in ("mean", "low", "high"))  # fmt: skip
+    mean, low, high = (column(frame, "final", end) for end in ("mean", "low", "high"))
     seeds = len({key[3] for key in outcomes})
     rows = []
     for placement, lr, warmup in _settings():
@@ -174,11 +182,11 @@ def differences(page: Page, outcomes: dict) -> None:
     for lr in LRS:
         row: list[Any] = [f"{lr:g}"]
         for warmup in WARMUPS:
-            row.append(_difference(_losses(outcomes, "pre", lr, warmup),
+            row.append(welch_difference(_losses(outcomes, "pre", lr, warmup),
                                    _losses(outcomes, "post", lr, warmup)))  # fmt: skip
         for placement in PLACEMENTS:
             for warmup in WARMUPS[1:]:
-                row.append(_difference(_losses(outcomes, placement, lr, WARMUPS[0]),
+                row.append(welch_difference(_losses(outcomes, placement, lr, WARMUPS[0]),
                                        _losses(outcomes, placement, lr, warmup)))  # fmt: skip
         rows.append(row)
     header = ["lr", *(f"pre - post, warm-up {w:g}" for w in WARMUPS),
@@ -206,25 +214,8 @@ def _losses(outcomes: dict, placement: str, lr: float, warmup: float) -> list[fl
     return [o.loss for o in _of(outcomes, placement, lr, warmup) if o.loss is not None]
 
 
-def _difference(values: list[float], others: list[float]) -> str:
-    """mean(values) - mean(others) with Welch's 95% interval, where both have two values."""
-    from xfmr.runs.compare.stats import welch
-
-    if not values or not others:
-        return "-"
-    found = welch(values, others)
-    if found is None:
-        return f"{sum(values) / len(values) - sum(others) / len(others):+.3f}"
-    return f"{found.delta:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
-
-
 def _plot(outcomes: dict, unigram: float) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
+    figure, axes = plot_axes()
     finite = [o.loss for o in outcomes.values() if o.loss is not None]
     top = max([unigram, *finite]) + 0.15
     for index, (placement, warmup) in enumerate((p, w) for p in PLACEMENTS for w in WARMUPS):

@@ -21,9 +21,13 @@ from typing import Any
 from common.pages import (
     Page,
     arguments,
+    column,
     compared_table,
     experiment_overrides,
+    fresh_model,
     markdown_table,
+    plot_axes,
+    run_vocab_size,
     shown_block,
     trained,
 )
@@ -110,11 +114,8 @@ def matched(decoder_run: Any, lstm_run: Any) -> Matching:
     """The width the LSTM's run chose for the decoder's parameters, both models counted here
     by building them at the decoder run's vocabulary; each count must agree with what its run
     recorded, so the two are counted alike."""
-    from xfmr.run_dir.files import TOKENIZER_FILE
-    from xfmr.text.tokenizers import TextTokenizer
-
-    vocab_size = TextTokenizer.load(decoder_run.path / TOKENIZER_FILE).vocab_size
-    counts = [_count(_model(run.config), vocab_size) for run in (decoder_run, lstm_run)]
+    vocab_size = run_vocab_size(decoder_run)
+    counts = [_count(fresh_model(run, vocab_size)) for run in (decoder_run, lstm_run)]
     for run, counted in zip((decoder_run, lstm_run), counts, strict=True):
         recorded = run.results.get("n_parameters")
         if counted != recorded:
@@ -126,21 +127,9 @@ def matched(decoder_run: Any, lstm_run: Any) -> Matching:
     return found
 
 
-def _model(config: Any) -> dict:
-    """A run's model section as a plain dict, positions under it (as runs saved before that
-    move are read too)."""
-    from xfmr.checks import model_section
-
-    return model_section(config)
-
-
-def _count(model: dict, vocab_size: int) -> int:
-    """Parameters of the model the section describes, each tied tensor once (as runs count)."""
-    from xfmr.nn.config import ModelConfig
-    from xfmr.nn.models import build_model
-
-    config = ModelConfig.from_settings(model, vocab_size=vocab_size)
-    return sum(p.numel() for p in build_model(config).parameters())
+def _count(model: Any) -> int:
+    """The model's parameters, each tied tensor once (as runs count them)."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def refusal(lstm_overrides: list[str]) -> str:
@@ -340,12 +329,7 @@ def _with_interval(values: list[float]) -> str:
 def _curves(by_arch: dict[str, list], x: str) -> Any:
     """Validation loss against `x` (step or time_s) per architecture: each seed faint, and the
     mean over seeds at each validation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
+    figure, axes = plot_axes()
     for arch, runs in by_arch.items():
         histories = [r.history.reset_index() for r in runs if len(r.history)]
         for history in histories:
@@ -364,7 +348,7 @@ def _curves(by_arch: dict[str, list], x: str) -> Any:
 def conclusions(frame: Any, timed: Timed, matching: Matching, steps: int) -> str:
     """What the numbers say, written from them (so a rerun that finds otherwise says so)."""
     records = {record["arch"]: record for record in frame.to_dict("records")}
-    final = next(c for c in frame.columns if c.startswith("final") and c.endswith("mean"))
+    final = column(frame, "final", "mean")
     speed = {arch: _mean(timed.ms_per_step[arch]) for arch in ARCHS}
     reached = {arch: _mean(timed.steps[arch]) for arch in ARCHS}
     at_steps = _versus(

@@ -18,7 +18,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from common.pages import Page, arguments, compared_table, markdown_table, shown_block, trained
+from common.pages import (
+    Page,
+    arguments,
+    compared_table,
+    markdown_table,
+    plot_axes,
+    shown_block,
+    trained,
+)
 
 SCHEMES = ("learned", "sinusoidal", "relative", "rotary", "alibi", "none")
 LENGTHS = (1, 2, 4)  # times the trained block
@@ -171,12 +179,7 @@ def _cell(values: list[float], entries: list) -> str:
 
 
 def _plot(by_length: dict[tuple[str, int], list], block: int) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
+    figure, axes = plot_axes()
     top = 0.0
     for pos in SCHEMES:
         seeds = [e[1] for e in by_length[(pos, LENGTHS[-1])] if not isinstance(e, str)]

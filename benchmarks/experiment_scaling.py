@@ -20,7 +20,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from common.pages import Page, arguments, interval, markdown_table, trained
+from common.pages import (
+    Page,
+    arguments,
+    fresh_model,
+    interval,
+    markdown_table,
+    plot_axes,
+    trained,
+    welch_difference,
+)
 
 SCHEMES = ("learned", "rotary", "alibi")
 BASELINE = "learned"
@@ -106,16 +115,10 @@ def overrides(args: Any, pos: str, size: tuple[int, int], seed: int, block: int)
 def point(run: Any, pos: str, size: tuple[int, int], seed: int) -> Point:
     """What the fit reads of `run`: the FLOPs per token of the model its config builds, counted
     as its MFU is, and the tokens of the steps it took."""
-    from xfmr.checks import model_section
-    from xfmr.nn.config import ModelConfig
-    from xfmr.nn.models import build_model
-    from xfmr.run_dir.files import TOKENIZER_FILE
-    from xfmr.text.tokenizers import TextTokenizer
     from xfmr.training.throughput import TrainingFlops
 
     config = run.config
-    vocab_size = TextTokenizer.load(run.path / TOKENIZER_FILE).vocab_size
-    model = build_model(ModelConfig.from_settings(model_section(config), vocab_size=vocab_size))
+    model = fresh_model(run)
     flops = TrainingFlops.of(model).per_token(int(config.data.block_size))
     results = run.results
     tokens = (int(results["step"]) * int(config.data.batch_size) * int(config.data.block_size)
@@ -194,7 +197,8 @@ def losses(page: Page, points: list[Point], sizes: tuple) -> None:
             row.append(interval(_mean(values), *bounds) + f" (n={len(values)})")
         for pos in SCHEMES:
             if pos != BASELINE:
-                row.append(_gap(points, pos, size))
+                row.append(welch_difference(_losses(points, pos, size),
+                                            _losses(points, BASELINE, size)))  # fmt: skip
         rows.append(row)
     header = ["d_model", "layers", "C (FLOPs)", *(f"{pos} loss" for pos in SCHEMES),
               *(f"{pos} - {BASELINE}" for pos in SCHEMES if pos != BASELINE)]  # fmt: skip
@@ -210,16 +214,6 @@ def losses(page: Page, points: list[Point], sizes: tuple) -> None:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _gap(points: list[Point], pos: str, size: tuple[int, int]) -> str:
-    from xfmr.runs.compare.stats import welch
-
-    values, baseline = _losses(points, pos, size), _losses(points, BASELINE, size)
-    found = welch(values, baseline)
-    if found is None:
-        return "-" if not values or not baseline else f"{_mean(values) - _mean(baseline):+.3f}"
-    return f"{found.delta:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
 
 
 def laws(page: Page, fits: dict[str, Any]) -> None:
@@ -262,13 +256,9 @@ def laws(page: Page, fits: dict[str, Any]) -> None:
 
 
 def _plot(points: list[Point], fits: dict[str, Any]) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
 
-    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
+    figure, axes = plot_axes()
     computes = sorted({p.compute for p in points})
     for index, pos in enumerate(SCHEMES):
         colour = f"C{index}"

@@ -15,7 +15,6 @@ the run had checkpointed when it was killed) and a verdict; exit status 1 if any
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import signal
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from common.xfmr_runs import child_env, train_command
+from common.cli import script_parser
+from common.xfmr_runs import QUIET, child_env, read_results, train_command
 
 STEPS = 200
 ARGS = [
@@ -39,9 +39,7 @@ ARGS = [
     "trainer.val_check_interval=10",
     "trainer.limit_val_batches=4",
     "callbacks.periodic_checkpoint.every_n_train_steps=4",
-    "callbacks.text_sample=null",
-    "callbacks.progress_bar=null",
-    "print_config=false",
+    *QUIET,
 ]
 
 
@@ -49,10 +47,16 @@ def command(data: Path, run_dir: Path) -> list[str]:
     return train_command(*ARGS, f"data.path={data}", f"hydra.run.dir={run_dir}")
 
 
-def run(data: Path, run_dir: Path, env: dict[str, str], kill_after: float | None) -> int:
-    proc = subprocess.Popen(
+def start(data: Path, run_dir: Path, env: dict[str, str]) -> subprocess.Popen:
+    """The run in a process of its own, its output discarded."""
+    return subprocess.Popen(
         command(data, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+
+def run(data: Path, run_dir: Path, env: dict[str, str], kill_after: float | None) -> int:
+    """The run's exit status: its own, or SIGKILL's after `kill_after` seconds."""
+    proc = start(data, run_dir, env)
     if kill_after is None:
         return proc.wait()
     try:
@@ -80,7 +84,7 @@ def final_state(run_dir: Path) -> tuple[dict, dict, dict]:
     checkpoint = torch.load(
         run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
     )
-    results = json.loads((run_dir / "results.json").read_text())
+    results = read_results(run_dir)
     kept = {k: results[k] for k in ("status", "step", "history")}
     # Every metric but the timings (tokens/s and mfu on the progress bar).
     kept["metrics"] = {k: v for k, v in results["metrics"].items() if k not in ("tok/s", "mfu")}
@@ -103,48 +107,71 @@ def differences(ours: tuple, theirs: tuple) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the kill times")
-    parser.add_argument("--data", type=Path, help="a text file (default: one written here)")
-    parser.add_argument("--max-delay", type=float, help="seconds (default: 0.15 x a whole run)")
-    parser.add_argument("--keep", action="store_true", help="keep the run directories")
-    args = parser.parse_args()
+    args = arguments()
     work = Path(tempfile.mkdtemp(prefix="xfmr-faults-"))
-    data = args.data.resolve() if args.data else work / "corpus.txt"
-    if args.data is None:
-        words = "the quick brown fox jumps over a lazy dog while two owls watch the moon".split()
-        rng = random.Random(0)
-        data.write_text("\n".join(" ".join(rng.choices(words, k=12)) for _ in range(3000)))
+    data = args.data.resolve() if args.data else written_corpus(work / "corpus.txt")
     env = child_env(work / "cache", PYTHONUNBUFFERED="1")
 
     # The tokenizer and token cache are built once, so the timed run below starts as every
     # attempt after it will.
     assert run(data, work / "prime", env, None) == 0, "the first run failed"
-    started = time.monotonic()
-    reference = subprocess.Popen(
-        command(data, work / "reference"),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    while reference.poll() is None and not list(
-        (work / "reference" / "checkpoints").glob("step-*")
-    ):
-        time.sleep(0.05)
-    first = time.monotonic() - started  # start-up and the first periodic checkpoint's steps
-    assert reference.wait() == 0, "the uninterrupted run failed"
-    whole = time.monotonic() - started
+    first, whole = uninterrupted(data, work / "reference", env)
     low, high = 0.6 * first, args.max_delay or first + 0.1 * (whole - first)
     print(f"uninterrupted run: {whole:.1f} s, its first checkpoint after {first:.1f} s; killing")
     print(
         f"the other run {args.kills} times, each after a delay drawn from {low:.1f}..{high:.1f} s"
     )
     rng = random.Random(args.seed)
-    run_dir = work / "killed"
+    delays = [rng.uniform(low, high) for _ in range(args.kills)]
+    code = killed_and_resumed(data, work / "killed", env, delays)
+    found = (
+        differences(final_state(work / "killed"), final_state(work / "reference"))
+        if code == 0
+        else ["the run failed"]
+    )
+    print(
+        "identical to the uninterrupted run" if not found else f"DIFFERS: {', '.join(found[:10])}"
+    )
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if found else 0)
+
+
+def arguments() -> argparse.Namespace:
+    parser = script_parser(__doc__)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the kill times")
+    parser.add_argument("--data", type=Path, help="a text file (default: one written here)")
+    parser.add_argument("--max-delay", type=float, help="seconds (default: 0.15 x a whole run)")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    return parser.parse_args()
+
+
+def written_corpus(path: Path) -> Path:
+    """3,000 lines of twelve words drawn from a few, written to `path`."""
+    words = "the quick brown fox jumps over a lazy dog while two owls watch the moon".split()
+    rng = random.Random(0)
+    path.write_text("\n".join(" ".join(rng.choices(words, k=12)) for _ in range(3000)))
+    return path
+
+
+def uninterrupted(data: Path, run_dir: Path, env: dict[str, str]) -> tuple[float, float]:
+    """The reference run, never killed: seconds to its first periodic checkpoint (start-up and
+    the steps before it), and to its end."""
+    started = time.monotonic()
+    reference = start(data, run_dir, env)
+    while reference.poll() is None and not list((run_dir / "checkpoints").glob("step-*")):
+        time.sleep(0.05)
+    first = time.monotonic() - started
+    assert reference.wait() == 0, "the uninterrupted run failed"
+    return first, time.monotonic() - started
+
+
+def killed_and_resumed(data: Path, run_dir: Path, env: dict[str, str], delays: list[float]) -> int:
+    """The run in `run_dir` started with the same command again and again, each attempt killed
+    after the next of `delays` unless it finishes first, then left to finish: its exit status."""
     code, kills = None, 0
-    for attempt in range(1, args.kills + 1):
-        delay = rng.uniform(low, high)
+    for attempt, delay in enumerate(delays, start=1):
         code = run(data, run_dir, env, delay)
         state = "finished first" if code == 0 else f"killed after {delay:.1f} s"
         kills += code != 0
@@ -157,17 +184,7 @@ def main() -> None:
         code = run(data, run_dir, env, None)
         print(f"last attempt: exit {code}")
     print(f"{kills} kills")
-    found = (
-        differences(final_state(run_dir), final_state(work / "reference"))
-        if code == 0
-        else ["the run failed"]
-    )
-    print(
-        "identical to the uninterrupted run" if not found else f"DIFFERS: {', '.join(found[:10])}"
-    )
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if found else 0)
+    return code
 
 
 if __name__ == "__main__":

@@ -23,19 +23,26 @@ torch.profiler (`xfmr.training.profiling.ProfileSteps`) and prints where the tim
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from common import nanogpt
+from common.cli import add_nanogpt, add_shakespeare, script_parser
 from common.nanogpt import SETTLE_STEPS
-from common.xfmr_runs import Shape, flops_per_token, logged_steps, train_config, xfmr_train
+from common.xfmr_runs import (
+    QUIET,
+    Shape,
+    flops_per_token,
+    logged_steps,
+    shakespeare_run,
+    train_config,
+    xfmr_train,
+)
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
 
 LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
@@ -61,22 +68,15 @@ class Row:
 
 def xfmr_overrides(shape: Shape, data: Path, steps: int, warmup: int) -> list[str]:
     return [
-        "experiment=nanogpt_shakespeare_char",
-        f"data.path={data}",
-        *shape.overrides(),
+        *shakespeare_run(data, steps, shape),
         f"optim.lr={LR}",
         f"schedule.warmup_steps={warmup}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         "trainer.limit_val_batches=2",
-        "trainer.num_sanity_val_steps=0",
         "trainer.log_every_n_steps=1",
         "trainer.enable_model_summary=false",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "callbacks.model_checkpoint=null",
         "logger=csv",
-        "print_config=false",
+        *QUIET,
     ]
 
 
@@ -188,9 +188,9 @@ def profile_bf16(shape: Shape, data: Path, out: Path, steps: int, warmup: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, help="nanoGPT's directory (left unmodified)")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser, required=False)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpt_throughput"))
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--d-model", type=int, default=512)
@@ -204,8 +204,6 @@ def main() -> None:
     parser.add_argument("--peak-tflops-fp32", type=float)
     parser.add_argument("--peak-tflops-bf16", type=float)
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
     if args.steps <= SETTLE_STEPS + 1:
         sys.exit(f"--steps {args.steps}: give more than {SETTLE_STEPS + 1} (steps 6..N are timed)")
     shape = Shape(args.d_model, args.layers, args.heads, args.block, args.batch)
@@ -218,8 +216,7 @@ def main() -> None:
         return
     rows = []
     if args.nanogpt is not None:
-        with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-            copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+        with nanogpt.temporary_copy(args.nanogpt, data) as copy:
             rows.append(run_nanogpt(copy, shape, args.steps, warmup))
     for precision in ("32-true", "bf16-mixed"):
         for compile in (False, True) if args.compile else (False,):

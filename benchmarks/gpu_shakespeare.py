@@ -31,10 +31,10 @@ iterations 5..N without evaluation iterations. MFU, the same for every row: toke
 per step x FLOPs per token (nanoGPT's 6N + 12*L*H*Q*T) / (ms/step) / one device's dense peak in
 the training precision, `xfmr.training.throughput.resolve_peak`: a GPU's datasheet figure
 (Lightning's `get_available_flops`; a GPU it does not know has no MFU), a CPU's measured, or
---peak-tflops. Goals, printed pass or FAIL beside each table: xfmr-train at most nanoGPT's
-ms/step eager and compiled, with validation loss within SEED_NOISE of nanoGPT's; reduce-overhead
-at most CUDA_GRAPHS_GOAL x nanoGPT's compiled ms/step; the GPT-2-shaped compile=true run at
-MFU_GOAL of the peak or more.
+--peak-tflops. Goals (gpu/report.py), printed pass or FAIL beside each table: xfmr-train at most
+nanoGPT's ms/step eager and compiled, with validation loss within SEED_NOISE of nanoGPT's;
+reduce-overhead at most CUDA_GRAPHS_GOAL x nanoGPT's compiled ms/step; the GPT-2-shaped
+compile=true run at MFU_GOAL of the peak or more.
 
 Time on one H100 (an estimate, not measured): `--steps 300 --gpt2-steps 30` is ten training
 runs and a profile, about 8-10 minutes, most of it six cold compiles of about a minute each;
@@ -48,20 +48,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import shlex
 import statistics
 import sys
-import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import lightning
 import torch
 
 from common import nanogpt
+from common.cli import add_nanogpt, add_shakespeare, command_line, script_parser
 from common.nanogpt import SETTLE_STEPS
-from common.xfmr_runs import Shape, flops_per_token, validation_blocks, xfmr_train
+from common.xfmr_runs import (
+    QUIET,
+    Shape,
+    flops_per_token,
+    shakespeare_run,
+    validation_blocks,
+    xfmr_train,
+)
+from gpu.report import NANOGPT, XFMR, Report, Row, print_header, print_table
 from xfmr.checks import device_precision
 from xfmr.runs.evaluation import evaluate_loss
 from xfmr.training.throughput import Peak, device_name, mfu, precision_dtype, resolve_peak
@@ -73,30 +79,9 @@ TINY_GPT2 = Shape(d_model=64, n_layers=2, n_heads=2, block_size=64, batch_size=2
 DROPOUT = 0.2
 LR = 1e-3  # nanoGPT's learning_rate in config/train_shakespeare_char.py
 WARMUP = 100  # nanoGPT's warmup_iters
-XFMR = "xfmr-train"
-NANOGPT = "nanoGPT train.py"
 # xfmr's `compile` values, eager first; nanoGPT's --compile has the first two.
 COMPILE_MODES = ("false", "true", "reduce-overhead")
 NANOGPT_MODES = ("false", "true")
-# Validation loss differences below this are seed noise: over four seeds the CPU comparison in
-# docs/benchmarks.md has a standard deviation of 0.007-0.008 per framework, so one run against
-# one run differs by about 0.011 from seeds alone; 0.02 is about twice that.
-SEED_NOISE = 0.02
-CUDA_GRAPHS_GOAL = 0.7  # reduce-overhead's ms/step over nanoGPT's compiled
-MFU_GOAL = 0.40  # the GPT-2-shaped compile=true run, of the peak
-TABLES = {"shakespeare": "Shakespeare char", "gpt2": "GPT-2-small-shaped"}
-
-
-@dataclass
-class Row:
-    table: str  # a key of TABLES
-    run: str  # XFMR or NANOGPT
-    compile: str  # a COMPILE_MODES value
-    precision: str  # Lightning's name for xfmr's, the dtype for nanoGPT's
-    ms_per_step: float
-    mfu: float | None = None
-    val_loss: float | None = None
-    note: str | None = None  # a compile that fell back to eager
 
 
 @dataclass(frozen=True)
@@ -113,43 +98,16 @@ class Setup:
     peak_tflops: float | None  # --peak-tflops, passed on to xfmr-train
 
 
-@dataclass
-class Report:
-    """Rows as they are measured, each written to `out_json` (when given) as it comes."""
-
-    header: dict
-    out_json: Path | None
-    rows: list[Row] = field(default_factory=list)
-
-    def add(self, row: Row) -> None:
-        self.rows.append(row)
-        print(f"measured: {describe(row)}, {row.ms_per_step:.2f} ms/step", file=sys.stderr)
-        if self.out_json is not None:
-            self.out_json.parent.mkdir(parents=True, exist_ok=True)
-            self.out_json.write_text(json.dumps(self.as_json(), indent=2) + "\n")
-
-    def as_json(self) -> dict:
-        rows = [{**asdict(row), "vs_nanogpt": vs_nanogpt(row, self.rows)} for row in self.rows]
-        return {**self.header, "rows": rows, "goals": [asdict(g) for g in goals(self.rows)]}
-
-
 def xfmr_overrides(shape: Shape, setup: Setup, steps: int) -> list[str]:
     overrides = [
-        "experiment=nanogpt_shakespeare_char",
-        f"data.path={setup.data}",
-        *shape.overrides(),
+        *shakespeare_run(setup.data, steps, shape),
         f"optim.lr={LR}",
         f"schedule.warmup_steps={min(WARMUP, max(1, steps // 5))}",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
         f"trainer.accelerator={'gpu' if setup.device == 'cuda' else 'cpu'}",
         f"trainer.precision={setup.precision}",
-        "trainer.num_sanity_val_steps=0",
         "trainer.enable_model_summary=false",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
         "logger=none",
-        "print_config=false",
+        *QUIET,
     ]
     if setup.peak_tflops is not None:
         overrides.append(f"throughput.peak_tflops={setup.peak_tflops}")
@@ -261,120 +219,6 @@ def gpt2_shape(args) -> Shape:
     return TINY_GPT2 if args.tiny else replace(GPT2_SMALL, batch_size=args.gpt2_batch)
 
 
-def find(rows: list[Row], table: str, run: str, mode: str) -> Row | None:
-    return next((r for r in rows if (r.table, r.run, r.compile) == (table, run, mode)), None)
-
-
-def vs_nanogpt(row: Row, rows: list[Row]) -> float | None:
-    """ms/step over nanoGPT's at the same shape: eager against eager, compiled (either mode)
-    against its compiled run."""
-    reference = find(rows, row.table, NANOGPT, "false" if row.compile == "false" else "true")
-    return row.ms_per_step / reference.ms_per_step if reference else None
-
-
-@dataclass
-class Goal:
-    goal: str
-    verdict: str  # pass, FAIL or not measured
-    detail: str
-    table: str
-
-
-def goals(rows: list[Row]) -> list[Goal]:
-    """Every goal, met or not, or not measured where a row it needs was not run."""
-    return [
-        parity_goal(rows, "false", "eager"),
-        parity_goal(rows, "true", "compiled"),
-        cuda_graphs_goal(rows),
-        mfu_goal(rows),
-    ]
-
-
-def parity_goal(rows: list[Row], mode: str, label: str) -> Goal:
-    goal = f"{label}: {XFMR} ms/step <= nanoGPT's, val loss within {SEED_NOISE} (seed noise)"
-    xfmr_row = find(rows, "shakespeare", XFMR, mode)
-    nanogpt = find(rows, "shakespeare", NANOGPT, mode)
-    if xfmr_row is None or nanogpt is None:
-        return not_measured(goal, "shakespeare", f"compile={mode}")
-    gap = xfmr_row.val_loss - nanogpt.val_loss
-    met = xfmr_row.ms_per_step <= nanogpt.ms_per_step and abs(gap) <= SEED_NOISE
-    detail = (
-        f"{xfmr_row.ms_per_step:.2f} vs {nanogpt.ms_per_step:.2f} ms, val loss "
-        f"{xfmr_row.val_loss:.4f} vs {nanogpt.val_loss:.4f} ({gap:+.4f})"
-    )
-    return Goal(goal, verdict(met), detail, "shakespeare")
-
-
-def cuda_graphs_goal(rows: list[Row]) -> Goal:
-    goal = (
-        f"CUDA graphs: {XFMR} compile=reduce-overhead ms/step <= {CUDA_GRAPHS_GOAL}x "
-        "nanoGPT's compiled"
-    )
-    graphs = find(rows, "shakespeare", XFMR, "reduce-overhead")
-    nanogpt = find(rows, "shakespeare", NANOGPT, "true")
-    if graphs is None or nanogpt is None:
-        return not_measured(goal, "shakespeare", "compile=reduce-overhead and compile=true")
-    ratio = graphs.ms_per_step / nanogpt.ms_per_step
-    detail = f"{graphs.ms_per_step:.2f} vs {nanogpt.ms_per_step:.2f} ms, {ratio:.2f}x"
-    return Goal(goal, verdict(ratio <= CUDA_GRAPHS_GOAL), detail, "shakespeare")
-
-
-def mfu_goal(rows: list[Row]) -> Goal:
-    goal = f"GPT-2-small shape: {XFMR} compile=true MFU >= {MFU_GOAL:.0%} of the peak"
-    compiled = find(rows, "gpt2", XFMR, "true")
-    if compiled is None:
-        return not_measured(goal, "gpt2", "compile=true")
-    if compiled.mfu is None:
-        return Goal(goal, "not measured", "no peak, so no MFU", "gpt2")
-    return Goal(goal, verdict(compiled.mfu >= MFU_GOAL), f"{compiled.mfu:.1%}", "gpt2")
-
-
-def not_measured(goal: str, table: str, runs: str) -> Goal:
-    return Goal(goal, "not measured", f"needs the {runs} runs", table)
-
-
-def verdict(met: bool) -> str:
-    return "pass" if met else "FAIL"
-
-
-def describe(row: Row) -> str:
-    return f"{TABLES[row.table]} {row.run} compile={row.compile}"
-
-
-def print_header(header: dict, no_peak_reason: str) -> None:
-    versions = f"torch {header['torch']}; lightning {header['lightning']}"
-    print(f"device: {header['device']}; {versions}")
-    print(f"command: {header['command']}")
-    print(f"precision: {header['precision']} (every run; nanoGPT in the same dtype)")
-    if header["peak_flops"] is None:
-        print(f"peak: none, so MFU is shown as -: {no_peak_reason}")
-    else:
-        print(f"peak: {header['peak_flops'] / 1e12:.4g} TFLOP/s ({header['peak_flops_source']})")
-
-
-def print_table(table: str, shape: Shape, steps: int, vocab_size: int, rows: list[Row]) -> None:
-    print(
-        f"\n{TABLES[table]}, {shape.n_layers} layers, {shape.n_heads} heads, d {shape.d_model}, "
-        f"block {shape.block_size}, batch {shape.batch_size}, vocabulary {vocab_size}, "
-        f"{steps} steps\n"
-    )
-    print("| run | compile | precision | ms/step | vs nanoGPT | MFU | val loss |")
-    print("|---|---|---|---:|---:|---:|---:|")
-    for row in (r for r in rows if r.table == table):
-        ratio = vs_nanogpt(row, rows)
-        print(
-            f"| {row.run} | {row.compile} | {row.precision} | {row.ms_per_step:.2f} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
-            f"{'-' if row.mfu is None else f'{row.mfu:.1%}'} | "
-            f"{'-' if row.val_loss is None else f'{row.val_loss:.4f}'} |"
-        )
-    print()
-    for row in (r for r in rows if r.table == table and r.note):
-        print(f"note: {describe(row)} ran a step eagerly: {row.note}")
-    for goal in (g for g in goals(rows) if g.table == table):
-        print(f"goal: {goal.goal}: {goal.verdict} ({goal.detail})")
-
-
 def profile_gpt2(args, setup: Setup) -> None:
     """A few eager steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's own
     process (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they
@@ -408,9 +252,9 @@ def printed_profile(stdout: str) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's directory")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/gpu_shakespeare"))
     parser.add_argument("--out-json", type=Path, help="every row and goal, written as measured")
     parser.add_argument("--steps", type=int, default=5000, help="for every run (nanoGPT: 5000)")
@@ -424,10 +268,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
-    if not (args.nanogpt / "train.py").is_file():
-        sys.exit(f"--nanogpt {args.nanogpt}: no train.py there (nanoGPT's directory)")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA GPU here; --device cpu runs the same path on the CPU")
     if min(args.steps, args.gpt2_steps) <= SETTLE_STEPS + 1:
@@ -437,7 +277,7 @@ def parse_args() -> argparse.Namespace:
 
 def header(args, device: torch.device, precision: str, peak: Peak | None) -> dict:
     return {
-        "command": shlex.join(["python", *sys.argv]),
+        "command": command_line(),
         "device": device_name(device),
         "torch": torch.__version__,
         "lightning": lightning.__version__,
@@ -476,8 +316,7 @@ def main() -> None:
     report = Report(header(args, device, precision, peak), args.out_json)
     print_header(report.header, no_peak_reason(device, precision))
     vocab_size = len(set(data.read_text(encoding="utf-8")))
-    with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-        copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+    with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         setup = Setup(args.device, precision, data, out, copy, vocab_size, peak, args.peak_tflops)
         shakespeare_rows(args, setup, report)
         if args.gpt2:

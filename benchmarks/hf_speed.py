@@ -15,7 +15,6 @@ table from a broken conversion shows it.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from common.cli import script_parser
 
 LAYERS, D_MODEL, HEADS, D_FF, VOCAB, BATCH, SEQ = 4, 256, 4, 1024, 8192, 8, 128
 
@@ -155,7 +156,7 @@ def bench(family: str, hf_model: nn.Module, model: nn.Module, *, steps: int, war
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: as is)")

@@ -22,15 +22,13 @@ median of steps 6..N without the evaluation steps.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 from common import nanogpt
-from common.xfmr_runs import validation_blocks, xfmr_train
+from common.cli import add_nanogpt, add_shakespeare, script_parser
+from common.xfmr_runs import QUIET, validation_blocks, xfmr_train
 from xfmr.runs.evaluation import evaluate_loss
 
 EVAL_EVERY = 250  # nanoGPT's train_shakespeare_char and xfmr's experiment both
@@ -42,9 +40,7 @@ def run_xfmr(data: Path, out: Path, steps: int, seed: int) -> dict:
         f"data.path={data}",
         f"seed={seed}",
         f"trainer.max_steps={steps}",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
-        "print_config=false",
+        *QUIET,
     ]
     finished = xfmr_train(overrides, out / f"xfmr-seed{seed}", out / "cache")
     results = finished.results
@@ -112,21 +108,18 @@ def print_table(rows: list[dict], steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's directory")
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_nanogpt(parser)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/nanogpt_loss"))
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     data = args.data.resolve()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
-        copy = nanogpt.prepared_copy(args.nanogpt.resolve(), data, Path(work))
+    with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         for seed in args.seeds:
             xfmr_row = run_xfmr(data, out, args.steps, seed)
             nanogpt_row = run_nanogpt(copy, args.steps, seed)

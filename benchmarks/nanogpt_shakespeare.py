@@ -11,12 +11,11 @@ nanoGPT's own figures on this machine kind: val loss 1.886 at step 2000, 33-39 m
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from common.cli import add_shakespeare, script_parser
 from common.xfmr_runs import xfmr_train
 
 NANOGPT = {"val_loss": 1.886, "ms_per_step": "33-39", "wall_s": 80}
@@ -94,8 +93,8 @@ def run_plain_loop(data: Path, steps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/nanogpt_shakespeare"))
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--plain-steps", type=int, default=300)
@@ -103,8 +102,6 @@ def main() -> None:
         "--bf16", action="store_true", help="also run with trainer.precision=bf16-mixed"
     )
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"--data {args.data}: no such file (tinyshakespeare input.txt)")
 
     rows = [
         run_plain_loop(args.data, args.plain_steps),

@@ -42,6 +42,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.cli import script_parser
 from common.xfmr_runs import child_env
 
 PHASES = [
@@ -61,7 +62,7 @@ PHASES = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--runs", type=int, default=5, help="starts; the first builds the caches")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="xfmr-train overrides (after --)")
@@ -152,30 +153,19 @@ def child(marks_file: Path, overrides: list[str]) -> None:
 
 
 def _stamp(owner, name: str, mark: str, wrap_setup: bool = False) -> None:
-    """Wrap `owner.name` to stamp `mark` as it starts and `mark_end` as it returns."""
+    """Wrap `owner.name` (a class's or an object's) to stamp `mark` as it starts and `mark_end`
+    as it returns."""
     original = getattr(owner, name)
 
     def stamped(*args, **kwargs):
         MARKS.setdefault(mark, time.time())
         result = original(*args, **kwargs)
         MARKS.setdefault(f"{mark}_end", time.time())
-        if wrap_setup:
-            _stamp_instance(result, "setup", "setup")
+        if wrap_setup:  # the data module it returned: its setup, the token cache
+            _stamp(result, "setup", "setup")
         return result
 
     setattr(owner, name, stamped)
-
-
-def _stamp_instance(obj, name: str, mark: str) -> None:
-    original = getattr(obj, name)
-
-    def stamped(*args, **kwargs):
-        MARKS.setdefault(mark, time.time())
-        result = original(*args, **kwargs)
-        MARKS.setdefault(f"{mark}_end", time.time())
-        return result
-
-    setattr(obj, name, stamped)
 
 
 def process_start_time() -> float:

@@ -11,14 +11,14 @@ trial (validation every tenth of it; no pruning in its first quarter).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common.xfmr_runs import child_env, train_command
+from common.cli import add_shakespeare, script_parser
+from common.xfmr_runs import QUIET, child_env, train_command
 
 
 def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, seed: int) -> dict:
@@ -39,9 +39,7 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
         f"hydra.sweeper.sampler_args.seed={seed}",
         *pruner,
         f"hydra.sweep.dir={sweep}",
-        "callbacks.progress_bar=null",
-        "callbacks.text_sample=null",
-        "print_config=false",
+        *QUIET,
     )
     started = time.perf_counter()
     # A sweep with a failed trial exits non-zero; its sweep.json still says how every trial ended.
@@ -66,8 +64,8 @@ def run_search(data: Path, out: Path, *, pruned: bool, steps: int, trials: int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="tiny Shakespeare input.txt")
+    parser = script_parser(__doc__)
+    add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_sweep_pruning"))
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps per trial")
     parser.add_argument("--trials", type=int, default=16)

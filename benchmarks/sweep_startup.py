@@ -19,7 +19,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import lightning as L
 
-from common.xfmr_runs import child_env, train_command, train_config
+from common.cli import script_parser
+from common.xfmr_runs import child_env, run_timed, train_command, train_config
 
 CORPUS = (
     "the quick brown fox jumps over the lazy dog.\n"
@@ -35,6 +35,7 @@ CORPUS = (
     "two owls watch the quiet moon at night.\n"
 ) * 40
 FIRST_STEP_FILE = "first_step.txt"
+ONE_PROCESS_FILE = "one_process.json"  # what the runs in one process measured
 
 
 class FirstStep(L.Callback):
@@ -81,12 +82,8 @@ def sweep(out: Path, corpus: Path, args: argparse.Namespace, start_method: str) 
         f"seed=range(1,{args.jobs + 1})",
     )
     env = child_env(out / "cache", callbacks=True)  # the callback: this script's FirstStep
-    started = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"the {start_method} sweep failed:\n{done.stdout}{done.stderr}")
-    launched = _launch_times(done.stdout + done.stderr)
+    output, wall = run_timed(cmd, env=env)
+    launched = _launch_times(output)
     to_first_step = [_first_step(sweep_dir / str(num)) - launched[num] for num in range(args.jobs)]
     return {"how": f"sweep, {start_method}", "wall": wall, "to_first_step": to_first_step}
 
@@ -109,12 +106,8 @@ def in_process(out: Path, corpus: Path, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--one-process", str(out), "--steps", str(args.steps)]
     cmd += ["--jobs", str(args.jobs)]
     env = child_env(out / "cache", callbacks=True)  # the callback: this script's FirstStep
-    started = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"the in-process runs failed:\n{done.stdout}{done.stderr}")
-    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    _, wall = run_timed(cmd, env=env)
+    measured = json.loads((out / ONE_PROCESS_FILE).read_text())
     return {"how": "one process", "wall": wall, **measured}
 
 
@@ -131,11 +124,13 @@ def train_in_one_process(out: Path, steps: int, jobs: int) -> None:
         run_training(cfg)
         train_s += time.time() - started
         to_first_step.append(_first_step(run_dir) - started)
-    print(json.dumps({"train_s": train_s, "to_first_step": to_first_step}))
+    (out / ONE_PROCESS_FILE).write_text(
+        json.dumps({"train_s": train_s, "to_first_step": to_first_step})
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--launcher", nargs="+", default=["forkserver", "spawn"])
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_sweep_startup"))
     parser.add_argument("--jobs", type=int, default=16)

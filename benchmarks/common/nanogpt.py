@@ -2,12 +2,13 @@
 class imported from its directory, and its checkpoints scored on xfmr's validation blocks.
 
 Every script takes nanoGPT's directory as an argument (--nanogpt); nothing of nanoGPT's code is
-copied into xfmr. A run works in a temporary copy (`prepared_copy`), so the repository given
+copied into xfmr. A run works in a temporary copy (`temporary_copy`), so the repository given
 is never written to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import pickle
@@ -15,7 +16,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,21 +30,22 @@ ITERATION_LINE = re.compile(r"iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
 SEED_LINE = "torch.manual_seed(1337 + seed_offset)"  # where train.py seeds torch
 
 
-def prepared_copy(nanogpt: Path, data: Path, work: Path) -> Path:
-    """A copy of nanoGPT in `work` with shakespeare_char prepared from `data` (no download)."""
-    copy = work / "nanoGPT"
-    if not copy.is_dir():
-        shutil.copytree(nanogpt, copy, ignore=shutil.ignore_patterns("out*", "*.bin", ".git"))
-    prepared = copy / "data" / "shakespeare_char"
-    if not (prepared / "train.bin").is_file():
-        shutil.copyfile(data, prepared / "input.txt")
+@contextlib.contextmanager
+def temporary_copy(nanogpt: Path, data: Path) -> Iterator[Path]:
+    """A copy of nanoGPT in a temporary directory, removed when the block ends, with
+    shakespeare_char prepared there from `data` by its own prepare.py (no download)."""
+    with tempfile.TemporaryDirectory(prefix="nanogpt-") as work:
+        copy = Path(work) / "nanoGPT"
+        ignored = shutil.ignore_patterns("out*", "*.bin", ".git")
+        shutil.copytree(nanogpt.resolve(), copy, ignore=ignored)
+        shutil.copyfile(data, copy / "data" / "shakespeare_char" / "input.txt")
         subprocess.run(
             [sys.executable, "data/shakespeare_char/prepare.py"],
             cwd=copy,
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    return copy
+        yield copy
 
 
 def seeded_copy(copy: Path, seed: int) -> None:

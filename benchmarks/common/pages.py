@@ -22,6 +22,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli import add_shakespeare, script_parser
+from .xfmr_runs import QUIET
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A quick run: the same composition shrunk to seconds (the tests' size), never a figure. A fixed
@@ -32,16 +35,13 @@ QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "dat
 
 
 # How a script's runs train: quietly, the script printing a line per run.
-PLUMBING = ("print_config=false", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
-            "trainer.enable_model_summary=false", "callbacks.text_sample=null")  # fmt: skip
+PLUMBING = (*QUIET, "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false")
 
 
 def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:
     """The command line every experiment script takes; `doc` is its module docstring."""
-    parser = argparse.ArgumentParser(
-        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", type=Path, required=True, help="tiny Shakespeare's input.txt")
+    parser = script_parser(doc)
+    add_shakespeare(parser)
     parser.add_argument(
         "--runs", type=Path, default=ROOT / "outputs" / "experiments" / name,
         help="where the runs go; a finished run found there is reused (default: %(default)s)",
@@ -54,8 +54,6 @@ def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namesp
     parser.add_argument("--seeds", type=int, default=seeds, help="seeds per setting")
     parser.add_argument("--quick", action="store_true", help="a few steps of a tiny model")
     args = parser.parse_args()
-    if not args.data.is_file():
-        parser.error(f"--data {args.data}: no such file (tiny Shakespeare's input.txt)")
     if args.quick:
         args.steps = min(args.steps, 20)
         args.seeds = min(args.seeds, 2)
@@ -167,11 +165,7 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
     difference to it with its interval, the test that gave it (paired over shared seeds, else
     Welch's: `xfmr.runs.compare.baseline`) and the Holm-corrected p-value."""
     columns = list(frame.columns)
-
-    def named(start: str, end: str = "") -> str | None:
-        return next((c for c in columns if c.startswith(start) and c.endswith(end)), None)
-
-    mean, low, high = named("final", "mean"), named("final", "low"), named("final", "high")
+    mean, low, high = (column(frame, "final", end) for end in ("mean", "low", "high"))
     header = [*keys, "n", f"{mean.removesuffix(' mean')} (95% t interval)"]
     has_baseline = "Δ vs baseline" in columns
     if has_baseline:
@@ -182,8 +176,8 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
         row = [record[k] for k in keys] + [record["n"], interval(record[mean], record[low],
                                                                   record[high])]  # fmt: skip
         if has_baseline:
-            delta = interval(record["Δ vs baseline"], record[named("Δ", "low")],
-                              record[named("Δ", "high")], signed=True)  # fmt: skip
+            delta = interval(record["Δ vs baseline"], record[column(frame, "Δ", "low")],
+                              record[column(frame, "Δ", "high")], signed=True)  # fmt: skip
             test = record.get("test")
             test = test if isinstance(test, str) else "-"  # the baseline's: none (NaN)
             row += [delta, test, _number(record["p (Holm)"]), record["significant"]]
@@ -192,6 +186,54 @@ def compared_table(frame: Any, keys: Sequence[str], *, timing: bool = True) -> s
         row += [record.get("params"), record.get("note")]
         rows.append(row)
     return markdown_table(header, rows)
+
+
+def column(frame: Any, start: str, end: str = "") -> str | None:
+    """The first of `xfmr.compare`'s columns whose name starts with `start` and ends with `end`
+    ("final val/loss mean", ...), None if there is none."""
+    return next((c for c in frame.columns if c.startswith(start) and c.endswith(end)), None)
+
+
+def welch_difference(values: Sequence[float], others: Sequence[float]) -> str:
+    """mean(values) - mean(others) with Welch's 95% interval; the difference alone where a side
+    has fewer than two values, "-" where one has none."""
+    from xfmr.runs.compare.stats import welch
+
+    if not values or not others:
+        return "-"
+    found = welch(values, others)
+    if found is None:
+        return f"{sum(values) / len(values) - sum(others) / len(others):+.3f}"
+    return f"{found.delta:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
+
+
+def plot_axes() -> tuple[Any, Any]:
+    """(figure, axes) of one plot, 7 x 4 inches, drawn off screen: a page's plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(7, 4), layout="constrained")
+
+
+def run_vocab_size(run: Any) -> int:
+    """The vocabulary of the tokenizer `run` (an `xfmr.Run`) saved."""
+    from xfmr.run_dir.files import TOKENIZER_FILE
+    from xfmr.text.tokenizers import TextTokenizer
+
+    return TextTokenizer.load(run.path / TOKENIZER_FILE).vocab_size
+
+
+def fresh_model(run: Any, vocab_size: int | None = None) -> Any:
+    """The model `run`'s config describes (its model section, as runs saved before positions
+    moved under it are read too), with fresh weights, at `vocab_size` (default: the run's)."""
+    from xfmr.checks import model_section
+    from xfmr.nn.config import ModelConfig
+    from xfmr.nn.models import build_model
+
+    vocab_size = run_vocab_size(run) if vocab_size is None else vocab_size
+    return build_model(ModelConfig.from_settings(model_section(run.config), vocab_size=vocab_size))
 
 
 def _number(value: Any, spec: str = ".3g") -> str:

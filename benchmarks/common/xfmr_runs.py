@@ -3,7 +3,8 @@
 The one place that knows the command (`python -m xfmr.cli.train` in this interpreter), the
 environment a child gets (its cache directory; benchmarks/ on PYTHONPATH when it loads a
 script's callback), the run directory's files (results.json, csv/metrics.csv), composing the
-same config in this process, and the GPT shape a benchmark gives both xfmr-train and nanoGPT.
+same config in this process, the GPT shape a benchmark gives both xfmr-train and nanoGPT, and
+the overrides that several scripts give a run alike.
 
 The module imports the standard library alone; torch, Hydra and xfmr load inside the functions
 that need them, so a plain PyTorch loop or a child that imports a script for its callback loads
@@ -26,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
+
+# What a script's run leaves out, as nothing a table reads comes from it: the config printed
+# at the start, the progress bar, the text sample written after training.
+QUIET = ("print_config=false", "callbacks.progress_bar=null", "callbacks.text_sample=null")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,19 @@ class Shape:
             f"data.block_size={self.block_size}",
             f"data.batch_size={self.batch_size}",
         ]
+
+
+def shakespeare_run(data: Path, steps: int, shape: Shape | None = None) -> list[str]:
+    """xfmr-train's overrides for nanoGPT's Shakespeare experiment on `data`, at `shape` where
+    one is given, for `steps` steps, validated once after the last and not before the first."""
+    return [
+        "experiment=nanogpt_shakespeare_char",
+        f"data.path={data}",
+        *(shape.overrides() if shape else ()),
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.num_sanity_val_steps=0",
+    ]
 
 
 def flops_per_token(shape: Shape, vocab_size: int) -> float:
@@ -99,6 +117,13 @@ def run_quietly(command: list[str], **kwargs: Any) -> str:
     return output
 
 
+def run_timed(command: list[str], **kwargs: Any) -> tuple[str, float]:
+    """`run_quietly`, and the seconds from the command's start to its exit."""
+    started = time.perf_counter()
+    output = run_quietly(command, **kwargs)
+    return output, time.perf_counter() - started
+
+
 @dataclass(frozen=True)
 class Finished:
     """An xfmr-train run that ended well: where it went, what it printed, how long it took
@@ -119,9 +144,7 @@ def xfmr_train(overrides: Sequence[str], run_dir: Path, cache_dir: Path) -> Fini
     that finished there would be resumed and train no step."""
     shutil.rmtree(run_dir, ignore_errors=True)
     command = train_command(*overrides, f"hydra.run.dir={run_dir}")
-    started = time.perf_counter()
-    output = run_quietly(command, env=child_env(cache_dir))
-    return Finished(run_dir, output, time.perf_counter() - started)
+    return Finished(run_dir, *run_timed(command, env=child_env(cache_dir)))
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:
