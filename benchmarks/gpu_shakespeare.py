@@ -68,7 +68,7 @@ from common.xfmr_runs import (
     xfmr_train,
 )
 from gpu.report import NANOGPT, XFMR, Report, Row, print_header, print_table
-from xfmr.checks import device_precision
+from xfmr.config.trainer import device_precision
 from xfmr.runs.evaluation import evaluate_loss
 from xfmr.training.throughput import Peak, device_name, mfu, precision_dtype, resolve_peak
 

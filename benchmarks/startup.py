@@ -14,10 +14,11 @@ first run and "then" the median of the later ones, as a person's next run.
 Phases, in order:
 - python + CLI imports: from the process's start (its start time in /proc) to `xfmr.cli.train`
   imported: the interpreter, Hydra and OmegaConf.
-- compose: `main()` to `check_config`: Hydra reads the command line and the config tree.
-- check: `check_config`.
+- compose: `main()` to `run_config`: Hydra reads the command line and the config tree.
+- check: `xfmr.config.make.run_config`: the composed config read into the run's typed config,
+  every section checked and the run's own choices resolved.
 - lock + config tree: to the heavy imports: the run directory locked, the config printed.
-- torch + Lightning imports: `import xfmr.training.run` (in `xfmr.api.training.fit_checked`).
+- torch + Lightning imports: `import xfmr.training.run` (in `xfmr.api.training.fit`).
 - data module, tokenizer, model: the parts (`build_parts`, in its order), the tokenizer trained
   or read from the cache, the model with fresh weights.
 - module + loggers: the LightningModule, loggers and callbacks, up to `Trainer(...)`.
@@ -124,7 +125,9 @@ def child(marks_file: Path, overrides: list[str]) -> None:
     import xfmr.cli.train as cli
 
     MARKS["cli"] = time.time()
-    _stamp(cli, "check_config", "check")
+    import xfmr.api.composing as composing  # where the CLI reads its config, through xfmr.api
+
+    _stamp(composing, "run_config", "check")
     import xfmr.run_dir.lock as lock  # the CLI's job takes it, then imports the heavy parts
 
     hold_run_dir = lock.hold_run_dir

@@ -226,14 +226,12 @@ def run_vocab_size(run: Any) -> int:
 
 
 def fresh_model(run: Any, vocab_size: int | None = None) -> Any:
-    """The model `run`'s config describes (its model section, as runs saved before positions
-    moved under it are read too), with fresh weights, at `vocab_size` (default: the run's)."""
-    from xfmr.checks import model_section
-    from xfmr.nn.config import ModelConfig
+    """The model `run`'s config describes (as configured: runs saved before positions moved
+    under `model` are read too), with fresh weights, at `vocab_size` (default: the run's)."""
     from xfmr.nn.models import build_model
 
     vocab_size = run_vocab_size(run) if vocab_size is None else vocab_size
-    return build_model(ModelConfig.from_settings(model_section(run.config), vocab_size=vocab_size))
+    return build_model(run.config.model.with_vocab(vocab_size))
 
 
 def _number(value: Any, spec: str = ".3g") -> str:

@@ -168,19 +168,19 @@ def logged_steps(run_dir: Path) -> list[dict[str, float]]:
 
 
 def train_config(overrides: Sequence[str]) -> Any:
-    """conf/train.yaml composed with `overrides`, checked as xfmr-train checks it, resolved:
-    what `xfmr.training.run.run_training` takes in this process. Without Hydra's run the `paths.*`
-    (root_dir, output_dir, cache_dir) are given as overrides."""
+    """conf/train.yaml composed with `overrides` into the run's config (`xfmr.config.RunConfig`),
+    checked and resolved as xfmr-train does: what `xfmr.training.run.run_training` takes in
+    this process. Without Hydra's run the `paths.*` (root_dir, output_dir, cache_dir) are given
+    as overrides."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from xfmr.checks import check_config
+    from xfmr.config.make import run_config
     from xfmr.paths import config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="train", overrides=list(overrides))
-    check_config(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    return run_config(OmegaConf.to_container(cfg, resolve=True))
 
 
 def validation_blocks(run_dir: Path, device: str = "cpu") -> tuple[Any, Any]:
