@@ -154,8 +154,9 @@ def test_sweep_naming_a_missing_choice_fails_listing_choices(
     assert not (tmp_path / "sweep").exists()
 
 
-def test_what_hydra_cannot_parse_is_left_to_hydra(tmp_path: Path) -> None:
+def test_what_the_grammar_cannot_read_is_named_in_one_line(tmp_path: Path) -> None:
     result = run_cli(["pos=choice(learned", *ONE_STEP], tmp_path)
-    assert result.returncode != 0
-    assert "xfmr-train: error:" not in result.output, "the parse error is Hydra's to report"
-    assert "choice(learned" in result.output, result.output
+    assert result.returncode == 2
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("xfmr-train: error: could not read 'pos=choice(learned'"), line
+    assert "quote a value" in line

@@ -9,22 +9,21 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from helpers.cli import run_cli
-from helpers.config import checked, compose_config, model_of
+from helpers.config import compose_config, model_of
 from helpers.runs import TINY
 from xfmr.errors import UserError
 
 
 def _pretrained(tmp_path: Path) -> Path:
-    """What check_config reads of a finished size=tiny run: its config.yaml (no torch)."""
+    """What the config check reads of a finished size=tiny run: its config.yaml (no torch)."""
     root = tmp_path / "pre"
     root.mkdir()
     cfg = compose_config(root, ["size=tiny"])
     run = root / "run"
     (run / "checkpoints").mkdir(parents=True)
-    OmegaConf.save(cfg, run / "config.yaml")
+    (run / "config.yaml").write_text(cfg.to_yaml())
     (run / "tokenizer.json").write_text("{}")
     (run / "checkpoints" / "best.ckpt").write_bytes(b"")
     return run
@@ -37,6 +36,7 @@ def _exported(tmp_path: Path) -> Path:
     header = json.dumps({"__metadata__": {"model_config": json.dumps(config)}}).encode()
     path = tmp_path / "model.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header)
+    (tmp_path / "tokenizer.json").write_text("{}")  # beside it, as xfmr-export writes it
     return path
 
 
@@ -51,9 +51,8 @@ def test_a_config_that_disagrees_with_what_was_trained_is_refused_naming_the_key
     }[source]()
     out = tmp_path / "fine"
     out.mkdir()
-    cfg = compose_config(out, ["size=small", f"init_from={pretrained}"])
     with pytest.raises(UserError) as refused:
-        checked(cfg)
+        compose_config(out, ["size=small", f"init_from={pretrained}"])
     message = str(refused.value)
     assert "\n" not in message
     assert f"init_from='{pretrained}' was trained as another model" in message
@@ -66,11 +65,9 @@ def test_what_fine_tuning_may_change_passes(tmp_path: Path) -> None:
     out = tmp_path / "fine"
     out.mkdir()
     changes = ["model.dropout=0.1", "model.tie_embeddings=false", "model.n_layers=3"]
-    checked(compose_config(out, ["size=tiny", f"init_from={pretrained}", *changes]))
+    compose_config(out, ["size=tiny", f"init_from={pretrained}", *changes])
     with pytest.raises(UserError, match="model.activation: trained 'gelu' vs config 'relu'"):
-        checked(
-            compose_config(out, ["size=tiny", f"init_from={pretrained}", "model.activation=relu"])
-        )
+        compose_config(out, ["size=tiny", f"init_from={pretrained}", "model.activation=relu"])
 
 
 def test_the_objective_is_checked_against_the_configs_model_unless_hf_decides_it(
@@ -81,10 +78,16 @@ def test_the_objective_is_checked_against_the_configs_model_unless_hf_decides_it
     out.mkdir()
     mlm_on_a_decoder = ["size=tiny", "objective=mlm", "tokenizer=wordpiece"]
     with pytest.raises(UserError, match="objective=mlm cannot train arch=decoder"):
-        checked(compose_config(out, [*mlm_on_a_decoder, f"init_from={pretrained}"]))
-    pytest.importorskip("transformers")
-    # hf:PATH: the checkpoint decides the model (an encoder, say), which the run checks.
-    checked(compose_config(out, [*mlm_on_a_decoder, f"init_from=hf:{tmp_path / 'bert'}"]))
+        compose_config(out, [*mlm_on_a_decoder, f"init_from={pretrained}"])
+    # hf:PATH: the checkpoint decides the model (an encoder, say), which the run checks; its
+    # files must be there (read when the run loads them).
+    bert = tmp_path / "bert"
+    with pytest.raises(UserError, match="config.json is missing"):
+        compose_config(out, [*mlm_on_a_decoder, f"init_from=hf:{bert}"])
+    bert.mkdir()
+    (bert / "config.json").write_text("{}")
+    (bert / "tokenizer.json").write_text("{}")
+    compose_config(out, [*mlm_on_a_decoder, f"init_from=hf:{bert}"])
 
 
 def test_xfmr_train_refuses_it_in_one_line_before_training(tmp_path: Path, corpus: Path) -> None:

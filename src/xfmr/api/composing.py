@@ -76,6 +76,7 @@ def compose(
         UserError: the command line's one-line message for a config it would refuse.
     """
     arguments = _strings(overrides)
+    _check_grammar(arguments)
     extra = _config_dir(config_dir)
     dirs = [shipped_config_dir(), *([extra] if extra else [])]
     problem = choice_problem(arguments, dirs)
@@ -88,6 +89,24 @@ def compose(
     )
     config = run_config(values, origins(composed, dirs, task_overrides))
     return Experiment(config, tuple(task_overrides), extra, given_dir)
+
+
+def _check_grammar(arguments: list[str]) -> None:
+    """Each argument is one Hydra's override grammar reads (`key=value`, `group=choice`, a
+    sweep), else one line naming it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for argument in arguments:
+        try:
+            parser.parse_override(argument)
+        except HydraException as e:
+            said = " ".join(str(e).split("See https://")[0].split())
+            raise UserError(
+                f"could not read {argument!r} ({said}): quote a value that holds brackets, "
+                "commas or spaces, e.g. 'data.path=\"a, b.txt\"'"
+            ) from None
 
 
 def _strings(overrides: Sequence[Any]) -> list[str]:

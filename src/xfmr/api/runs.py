@@ -83,7 +83,8 @@ class Run:
 
     @property
     def config(self) -> RunConfig:
-        """The config it was trained with (config.yaml), typed: `run.config.optim.lr`."""
+        """The config it was trained with, read from its config.yaml into a typed
+        `xfmr.config.RunConfig` (`run.config.optim.lr`)."""
         return RunConfig.read(self.path / CONFIG_FILE)
 
     @property
