@@ -160,3 +160,21 @@ def test_what_the_grammar_cannot_read_is_named_in_one_line(tmp_path: Path) -> No
     [line] = [line for line in result.output.splitlines() if line.strip()]
     assert line.startswith("xfmr-train: error: could not read 'pos=choice(learned'"), line
     assert "quote a value" in line
+
+
+def test_xfmr_train_reads_the_flags_hydras_main_reads() -> None:
+    """xfmr-train reads the command line before Hydra does (`hydra_parser`): the same flags,
+    each taking a value or not as Hydra's own parser (internal to Hydra) has them."""
+    from hydra._internal.utils import get_args_parser
+
+    from xfmr.cli.train import hydra_parser
+
+    def flags(parser) -> dict[str, tuple]:
+        return {
+            flag: (action.nargs, tuple(action.choices or ()), action.const)
+            for action in parser._actions
+            for flag in action.option_strings
+            if flag != "--version"  # Hydra prints its version; xfmr-train hands it to Hydra
+        }
+
+    assert flags(hydra_parser()) == flags(get_args_parser())

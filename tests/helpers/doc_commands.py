@@ -285,6 +285,7 @@ def check_train(args: list[str]) -> str | None:
     from xfmr.errors import UserError
     from xfmr.paths import config_dir
 
+    args = [arg for arg in args if arg != "--check"]  # xfmr-train's own: the checks, no run
     parser = get_args_parser()
     parser.prog = "xfmr-train"
     parsed, said = _exits(lambda: parser.parse_args(args))

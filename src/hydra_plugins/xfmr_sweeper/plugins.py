@@ -76,11 +76,13 @@ class XfmrSweeper(Sweeper):
         )
 
     def sweep(self, arguments: Any) -> Any:
+        from xfmr.api.jobs import check_first_job
         from xfmr.cli.common import fail
         from xfmr.errors import UserError
         from xfmr.sweeps.sweep import run_sweep
 
         try:
+            check_first_job(self.hydra_context, self.config, self.settings, list(arguments))
             return run_sweep(
                 self.settings,
                 hydra_context=self.hydra_context,

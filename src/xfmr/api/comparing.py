@@ -1,13 +1,24 @@
-"""Runs side by side as a pandas DataFrame: `xfmr-compare`'s table, its columns and grouping."""
+"""Runs side by side: as a pandas DataFrame (`compare`), and as `xfmr-compare` prints and writes
+them (`report`: the table, which parameters mattered, the curves, the HTML page)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # pandas and the comparison load when a table is made
+from xfmr.runs.compare.formats import FORMATS
+from xfmr.runs.compare.points import AXES
+
+if TYPE_CHECKING:  # pandas, the comparison and Optuna load when a table is made
     from xfmr.runs.compare.comparison import Comparison
+    from xfmr.runs.compare.importance import Importance
+    from xfmr.runs.compare.runs import Run
+    from xfmr.runs.compare.table import Ranking, Table
+
+__all__ = ["AXES", "FORMATS", "compare", "report"]
+TEXT_FORMATS = ("table", "markdown")  # for a person: the importance table follows the main one
 
 
 def compare(
@@ -78,3 +89,89 @@ def _frame(found: Comparison) -> Any:
         notes=list(table.notes),
     )
     return frame
+
+
+def report(
+    paths: Sequence[str | Path],
+    *,
+    form: str = "table",
+    plot: Path | None = None,
+    html: Path | None = None,
+    axis: str | None = None,
+    group: bool = True,
+    **comparing: Any,
+) -> None:
+    """What `xfmr-compare` prints and writes: the table in `form` (with, for a person, which
+    parameters mattered), the metric's curves as a `plot` image against `axis`, the `html`
+    page. `comparing`: `compare`'s settings (metric, mode, group_by, baseline, ...)."""
+    from xfmr.runs.compare.comparison import compare_runs
+    from xfmr.runs.compare.formats import render
+
+    found = compare_runs(list(paths), no_group=not group, **comparing)
+    runs, ranking, keys, tables = found.runs, found.ranking, found.keys, found.tables
+    render(tables[0], form)
+    importance = weigh_parameters(runs, ranking) if form in TEXT_FORMATS or html else None
+    if importance is not None and form in TEXT_FORMATS:
+        show_importance(importance, ranking.quantity, form)
+    if plot:
+        write_plot(plot, runs, ranking, keys, axis)
+    if html:
+        write_html(html, tables, runs, ranking, keys, importance)
+
+
+def write_plot(
+    path: Path, runs: list[Run], ranking: Ranking, keys: list[str] | None, axis: str | None
+) -> None:
+    from xfmr.runs.compare.figures import left_out, metric_curves, save_curves_png
+
+    axis = axis or (ranking.at.axis if ranking.at else "step")
+    curves = metric_curves(runs, ranking.metric, keys, axis=axis)
+    save_curves_png(curves, ranking.metric, path, axis=axis)
+    print(f"wrote {path}", file=sys.stderr)
+    if note := left_out(runs, ranking.metric, axis):
+        print(note, file=sys.stderr)
+
+
+def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:
+    """Which parameters mattered, when the runs differ in more than the seed (csv and json stay
+    one table for scripts)."""
+    from xfmr.runs.compare.table import SEED, differing_keys
+
+    if not [key for key in differing_keys(runs) if key != SEED]:
+        return None
+    from xfmr.runs.compare.importance import parameter_importance
+
+    return parameter_importance(runs, ranking)
+
+
+def show_importance(importance: Importance, metric: str, form: str) -> None:
+    from xfmr.runs.compare.formats import render
+    from xfmr.runs.compare.importance import importance_table
+
+    table = importance_table(importance, metric)
+    print()
+    if importance.reason:  # a sentence, not an empty table
+        print(f"**{table.title}**" if form == "markdown" else table.title)
+    else:
+        render(table, form)
+
+
+def write_html(
+    path: Path,
+    tables: list[Table],
+    runs: list[Run],
+    ranking: Ranking,
+    keys: list[str] | None,
+    importance: Importance | None,
+) -> None:
+    from xfmr.runs.compare.page import write_page
+
+    write_page(
+        path,
+        tables=tables,
+        keys=keys,
+        runs=runs,
+        ranking=ranking,
+        importance=importance,
+    )
+    print(f"wrote {path}", file=sys.stderr)

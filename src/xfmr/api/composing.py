@@ -149,9 +149,14 @@ def compose_hydra(
     line, a key a section does not have as the section says it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
     searched = [f"hydra.searchpath=[file://{extra}]"] if extra is not None else []
+    # Inside Hydra's main (a sweep's check) Hydra is set up already: put it back afterwards.
+    running = GlobalHydra.instance()
+    previous = running.hydra if running.is_initialized() else None
+    running.clear()
     try:
         with initialize_config_dir(
             config_dir=str(shipped_config_dir()), version_base="1.3", job_name=TASK_NAME
@@ -166,6 +171,10 @@ def compose_hydra(
         if missing is not None and config_name == "train":
             raise UserError(_refusal_of(missing, overrides, extra)) from None
         raise UserError(message) from None
+    finally:
+        if previous is not None:
+            running.clear()
+            running.initialize(previous)
 
 
 def _missing_key(message: str, overrides: list[str]) -> str | None:

@@ -34,6 +34,48 @@ def job_config(cfg: DictConfig, hydra_cfg: DictConfig, overrides: Sequence[str])
     return named_for_sweep(config.replace(trial=trial), hydra_cfg)
 
 
+def check_first_job(
+    hydra_context: Any, config: DictConfig, sweeper: Any, arguments: list[str]
+) -> None:
+    """A grid's first job composed and read into its run config, as the job will be: a mistake
+    every job would make (a misspelt key, a file that is not there) is refused once, in one
+    line, before the sweep starts. A search's trials are judged each as it comes."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from xfmr.api.composing import _missing_key, _one_line, _refusal_of
+    from xfmr.sweeps.jobs import composed_job
+    from xfmr.sweeps.sweep import grid_jobs, parse
+
+    if sweeper.sampler:
+        return
+    params = [f"{key}={value}" for key, value in (sweeper.params or {}).items()]
+    overrides = parse(hydra_context, [*params, *arguments])
+    if any(o.is_interval_sweep() for o in overrides):
+        return  # check_sweep refuses it, naming the key
+    first = grid_jobs(overrides)[0]
+    try:
+        job = composed_job(hydra_context.config_loader, config, first, 0)
+    except (HydraException, OmegaConfBaseException) as e:
+        cause = f"{e.__cause__}" if e.__cause__ is not None else ""
+        message = _one_line(f"{e}\n{cause}")
+        missing = _missing_key(message, first)
+        raise UserError(_refusal_of(missing, first, None) if missing else message) from None
+    holder = HydraConfig.instance()
+    previous = holder.cfg
+    try:
+        holder.set_config(job)  # for ${hydra:runtime.output_dir} and the like
+        values = OmegaConf.to_container(
+            OmegaConf.masked_copy(job, [k for k in job if k != "hydra"]), resolve=True
+        )
+    except OmegaConfBaseException as e:
+        raise UserError(resolution_problem(e)) from None
+    finally:
+        holder.cfg = previous
+    run_config(values)
+
+
 def named_for_sweep(config: RunConfig, hydra_cfg: DictConfig) -> RunConfig:
     """In a multirun each job is one run of its sweep in every dashboard: a wandb run in the
     sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and job

@@ -8,24 +8,15 @@ loads, and matplotlib or plotly only for --plot or --html.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
+from xfmr.api.comparing import AXES, FORMATS
 from xfmr.cli.common import fail
 from xfmr.errors import UserError
-from xfmr.runs.compare.comparison import compare_runs
-from xfmr.runs.compare.formats import FORMATS, render
-from xfmr.runs.compare.points import AXES
-from xfmr.runs.compare.runs import Run
-from xfmr.runs.compare.table import SEED, Ranking, Table, differing_keys
-
-if TYPE_CHECKING:  # Optuna loads only when importance is computed
-    from xfmr.runs.compare.importance import Importance
 
 PROG = "xfmr-compare"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-TEXT_FORMATS = ("table", "markdown")  # for a person: the importance table follows the main one
 EXAMPLES = """examples:
   xfmr-compare outputs/sweeps/pos                      one row per setting, mean ± std over seeds
   xfmr-compare outputs/sweeps/pos --no-group           one row per run
@@ -136,83 +127,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    found = compare_runs(
+    from xfmr.api.comparing import report
+
+    report(
         args.paths,
         metric=args.metric,
         mode=args.mode,
         group_by=args.group_by,
-        no_group=args.no_group,
+        group=not args.no_group,
         baseline=args.baseline,
         equivalence=args.equivalence,
         detect=args.detect,
         at=args.at,
+        form=args.format,
+        plot=args.plot,
+        html=args.html,
+        axis=args.x,
     )
-    runs, ranking, keys, tables = found.runs, found.ranking, found.keys, found.tables
-    render(tables[0], args.format)
-    importance = (
-        weigh_parameters(runs, ranking) if args.format in TEXT_FORMATS or args.html else None
-    )
-    if importance is not None and args.format in TEXT_FORMATS:
-        show_importance(importance, ranking.quantity, args.format)
-    if args.plot:
-        write_plot(args.plot, runs, ranking, keys, args.x)
-    if args.html:
-        write_html(args.html, tables, runs, ranking, keys, importance)
-
-
-def write_plot(
-    path: Path, runs: list[Run], ranking: Ranking, keys: list[str] | None, axis: str | None
-) -> None:
-    from xfmr.runs.compare.figures import left_out, metric_curves, save_curves_png
-
-    axis = axis or (ranking.at.axis if ranking.at else "step")
-    curves = metric_curves(runs, ranking.metric, keys, axis=axis)
-    save_curves_png(curves, ranking.metric, path, axis=axis)
-    print(f"wrote {path}", file=sys.stderr)
-    if note := left_out(runs, ranking.metric, axis):
-        print(note, file=sys.stderr)
-
-
-def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:
-    """Which parameters mattered, when the runs differ in more than the seed (csv and json stay
-    one table for scripts)."""
-    if not [key for key in differing_keys(runs) if key != SEED]:
-        return None
-    from xfmr.runs.compare.importance import parameter_importance
-
-    return parameter_importance(runs, ranking)
-
-
-def show_importance(importance: Importance, metric: str, form: str) -> None:
-    from xfmr.runs.compare.importance import importance_table
-
-    table = importance_table(importance, metric)
-    print()
-    if importance.reason:  # a sentence, not an empty table
-        print(f"**{table.title}**" if form == "markdown" else table.title)
-    else:
-        render(table, form)
-
-
-def write_html(
-    path: Path,
-    tables: list[Table],
-    runs: list[Run],
-    ranking: Ranking,
-    keys: list[str] | None,
-    importance: Importance | None,
-) -> None:
-    from xfmr.runs.compare.page import write_page
-
-    write_page(
-        path,
-        tables=tables,
-        keys=keys,
-        runs=runs,
-        ranking=ranking,
-        importance=importance,
-    )
-    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

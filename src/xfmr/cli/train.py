@@ -38,7 +38,7 @@ _TREE_ORDER = (
 # Hydra's flags that ask it to print something or to run a sweep: Hydra's main answers them.
 _HYDRA_ONLY = (
     "hydra_help", "cfg", "resolve", "package", "multirun", "shell_completion", "config_path",
-    "config_name", "experimental_rerun", "info",
+    "config_name", "experimental_rerun", "info", "version",
 )  # fmt: skip
 log = logging.getLogger("xfmr")
 
@@ -120,16 +120,35 @@ def check_group_choices(argv: list[str], conf: Path) -> None:
 
 
 def _hydra_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
-    """`argv` read by Hydra's own command-line parser, and the words it does not recognize;
-    None if it refuses them (Hydra will say why when it reads them again)."""
-    from hydra._internal.utils import get_args_parser
-
-    parser = get_args_parser()
-    parser.exit_on_error = False
+    """`argv` read as Hydra's main reads it, and the words it does not recognize; None if it
+    refuses them (Hydra will say why when it reads them again)."""
+    parser = hydra_parser()
     try:
         return parser.parse_known_args(argv)
     except argparse.ArgumentError:
         return None
+
+
+def hydra_parser() -> argparse.ArgumentParser:
+    """The flags of `hydra.main`'s command line (Hydra 1.3), which xfmr-train reads first to
+    tell a run from a sweep and from Hydra's own questions. Hydra's parser is internal
+    (`hydra._internal.utils.get_args_parser`); tests/cli/test_cli_grammar.py holds this one to
+    its flags."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    for flags in (("--help", "-h"), ("--hydra-help",), ("--resolve",), ("--run", "-r")):
+        parser.add_argument(*flags, action="store_true")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--shell-completion", "-sc", action="store_true")
+    parser.add_argument("--version", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    for flags in (("--package", "-p"), ("--config-path", "-cp"), ("--config-name", "-cn")):
+        parser.add_argument(*flags)
+    parser.add_argument("--config-dir", "-cd")
+    parser.add_argument("--experimental-rerun")
+    infos = ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"]
+    parser.add_argument("--info", "-i", const="all", nargs="?", choices=infos)
+    return parser
 
 
 def _config_dirs(args: argparse.Namespace, conf: Path) -> list[Path]:

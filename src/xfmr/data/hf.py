@@ -131,14 +131,10 @@ def hf_datamodule(
     val_rows: int | None = None,
     shuffle_buffer: int = 10_000,
 ) -> L.LightningDataModule:
-    """The data module of `kind` (text | labelled | pairs) over a Hugging Face dataset.
-
-    Only the fields of the chosen kind are read: text: `text_field`, `block_size`,
-    `train_stride`; labelled: `text_field`, `label_field`, `text_pair_field`, `labels`; pairs:
-    `source_field`, `target_field`, `max_length`. With `streaming`, rows are read as batches
-    need them (`HFStreamingDataModule`): validation is `val_split` or the first `val_rows`
-    rows, and training rows pass through a shuffle buffer of `shuffle_buffer` rows.
-    """
+    """The data module of `kind` (text | labelled | pairs) over a Hugging Face dataset, reading
+    the fields of that kind alone (conf/data/hf.yaml says which); with `streaming`, rows read
+    as batches need them (`HFStreamingDataModule`: validation is `val_split` or the first
+    `val_rows` rows, training rows pass a shuffle buffer of `shuffle_buffer`)."""
     _check_choices(kind, on_bad_row)
     source = HFSource(
         path=path,

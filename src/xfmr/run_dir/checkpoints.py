@@ -169,31 +169,45 @@ def read_sharded(path: Path, name: str) -> dict[str, Any]:
 def _load_shards(path: Path, name: str) -> dict[str, Any]:
     """The model's tensors and every non-tensor entry of a torch.distributed.checkpoint folder,
     whole, in this process (no process group), as `format_utils.dcp_to_torch_save` reads one."""
-    from torch.distributed.checkpoint import FileSystemReader
+    import warnings
+
+    from torch.distributed.checkpoint import FileSystemReader, load
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     reader = FileSystemReader(str(path))
     index = reader.read_metadata()
     settings = {
         k for k, v in index.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata)
     }
-    loaded: dict[str, Any] = {}
-    _load_state_dict(
-        loaded,
-        storage_reader=reader,
-        planner=_safe_planner(keys={"state_dict", *settings}, name=name),
-        no_dist=True,
-    )
-    return loaded
+    planner = _safe_planner(keys={"state_dict", *settings}, name=name)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.simplefilter("ignore", UserWarning)
+        load({}, storage_reader=reader, planner=planner, no_dist=True)
+    return planner.original_state_dict
 
 
 def _safe_planner(*, keys: set[str], name: str) -> Any:
-    """torch's planner for reading a checkpoint without a model (`_EmptyStateDictLoadPlanner`),
-    but for its non-tensor entries: torch unpickles those with weights_only=False."""
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    """A planner that reads a checkpoint without a model, building the state dict from the
+    folder's metadata (as torch's `format_utils.dcp_to_torch_save` does with a planner of its
+    own, internal to torch), for the entries under `keys`; its non-tensor entries unpickled
+    with weights_only=True (torch's planner unpickles them with weights_only=False)."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    class SafePlanner(_EmptyStateDictLoadPlanner):
+    class SafePlanner(DefaultLoadPlanner):
+        def set_up_planner(self, state_dict: Any, metadata: Any = None, is_coordinator=False):
+            for key, value in metadata.state_dict_metadata.items():
+                path = (metadata.planner_data or {}).get(key)
+                if key not in keys and not (path and str(path[0]) in keys):
+                    continue
+                if isinstance(value, TensorStorageMetadata):
+                    value = torch.empty(value.size, dtype=value.properties.dtype)
+                if path is not None:
+                    _set_nested(state_dict, path, value)
+                else:
+                    state_dict[key] = value
+            super().set_up_planner(state_dict, metadata, is_coordinator)
+
         def load_bytes(self, read_item: Any, value: Any) -> None:
             try:
                 obj = torch.load(value, weights_only=True)
@@ -205,7 +219,7 @@ def _safe_planner(*, keys: set[str], name: str) -> Any:
             else:
                 self.state_dict[fqn] = obj
 
-    return SafePlanner(keys=keys)
+    return SafePlanner()
 
 
 # torch's planners put an entry of a flattened state dict back into the nested one with

@@ -80,6 +80,11 @@ def _job_config(
     return sweep_config
 
 
+def composed_job(config_loader: Any, config: Any, overrides: list[str], num: int) -> Any:
+    """Job `num`'s config as the launcher will run it (composed once, kept for the launcher)."""
+    return _job_config(config_loader, config, overrides, num)
+
+
 def end_of_jobs() -> None:
     """The sweep is over: its configs go, and the fork server with them."""
     with _compose_lock:
@@ -175,11 +180,11 @@ def launch_job(
             preload=preload,
             environ=None if group is None else {"CUDA_VISIBLE_DEVICES": ",".join(group)},
         )
-    return JobReturn(
-        overrides=list(overrides),
-        status=JobStatus.COMPLETED if ok else JobStatus.FAILED,
-        _return_value=value if ok else JobFailed(value),
+    ret = JobReturn(
+        overrides=list(overrides), status=JobStatus.COMPLETED if ok else JobStatus.FAILED
     )
+    ret.return_value = value if ok else JobFailed(value)
+    return ret
 
 
 def job_log_path(job_dir: Path, config: Any) -> Path:

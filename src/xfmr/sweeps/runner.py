@@ -7,6 +7,8 @@ trial's values and tells it how the trial ended. Both record every job's outcome
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +54,7 @@ class JobRunner:
         try:
             [ret] = self.launcher.launch([list(overrides)], initial_job_idx=num)
             if ret.status == JobStatus.FAILED:
-                failure = _one_line(ret._return_value)
+                failure = _one_line(_raised(ret))
         except Exception as e:  # a launcher that raises for its job (submitit): that job failed
             failure = _one_line(e)
         outcome = outcome_of(num, overrides, job_dir, self.metric, failure)
@@ -108,3 +110,14 @@ def run_grid(runner: JobRunner, jobs: list[list[str]], workers: int) -> list[Job
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         outcomes += list(pool.map(lambda job: runner.run(*job), pending))
     return outcomes
+
+
+def _raised(ret: Any) -> BaseException:
+    """What a failed job raised: Hydra's `JobReturn.return_value` raises it again, after a line
+    of its own on stderr, which the job's log already holds."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _ = ret.return_value  # raises what the job raised
+    except BaseException as error:  # noqa: BLE001 - the job's own exception, whatever it was
+        return error
+    return RuntimeError("the job failed")

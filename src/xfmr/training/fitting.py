@@ -27,6 +27,7 @@ from xfmr.training.guards import TrialPruning, out_of_memory
 from xfmr.training.interrupts import ContinuedCsvLog, StopOnSignal
 from xfmr.training.launch import LocalDDPLauncher, processes_to_launch
 from xfmr.training.loggers import finish_loggers, log_run_params, read_csv_rows
+from xfmr.training.model_summary import SUMMARY_FROM_TRAINER
 from xfmr.training.module import TAKEN_FROM_TRAINER, XfmrModule
 from xfmr.training.run_summary import RunSummary
 from xfmr.training.slurm import Requeue, cluster_plugins, requeue_plan
@@ -82,6 +83,7 @@ def fit_run(
             default_root_dir=str(run_dir),
             plugins=[AtomicCheckpointIO(), *cluster_plugins(requeue)],
             **TAKEN_FROM_TRAINER,
+            **SUMMARY_FROM_TRAINER,
         )
         failure = fit(trainer, module, parts.datamodule, ckpt_path, config, stop_on_signal)
         status = run_status(trainer, failure, pruning, stop_on_signal)
@@ -208,6 +210,9 @@ def tidy_lightning_logging() -> None:
     """Lightning's loggers print through their own handlers and then again through the root's:
     send them through the root only (the console and the run's log file), minus its adverts."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    # xfmr's manual step ends with the optimizer's update, so a checkpoint every N steps holds
+    # the state after step N, as under automatic optimization: nothing to save before it.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logger = logging.getLogger(name)
         logger.handlers.clear()

@@ -323,11 +323,15 @@ def connect(settings: dict[str, Any]) -> Any:
     return optuna.trial.Trial(study, trial_id)
 
 
+# torch's optimizers whose fused step takes a `found_inf` flag: the contract its GradScaler relies
+# on (torch/optim: Adam and AdamW, SGD and Adagrad with fused=True).
+FOUND_INF_OPTIMIZERS = (torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad)
+
+
 def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
     """Whether `optimizer` leaves a step out on the device when given a `found_inf` flag: torch's
-    fused Adam and AdamW do (`_step_supports_amp_scaling`, the contract GradScaler relies on);
-    the per-tensor and foreach loops do not."""
-    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+    fused Adam, AdamW, SGD and Adagrad do; the per-tensor and foreach loops do not."""
+    if not isinstance(optimizer, FOUND_INF_OPTIMIZERS):
         return False
     return all(group.get("fused") for group in optimizer.param_groups)
 

@@ -1,37 +1,34 @@
 """Lightning's model summary with the training FLOPs xfmr counts in place of the FLOPs Lightning
 counts: Lightning runs `example_input_array` through the model under a FlopCounterMode, and xfmr's
 modules set none (their batches are dicts the objective builds), so its column reads 0 for every
-layer and its total "0"."""
+layer and its total "0".
+
+A callback of xfmr's own over Lightning's public summary (`summarize` and its properties), drawn
+with rich as Lightning's RichModelSummary draws it; the Trainer is told to add none of its own
+(`SUMMARY_FROM_TRAINER`)."""
 
 from __future__ import annotations
 
-import logging
 import warnings
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
-from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 from lightning.pytorch.utilities.model_summary import (
     DeepSpeedSummary,
     get_formatted_model_size,
     get_human_readable_count,
+    summarize,
 )
 from lightning.pytorch.utilities.model_summary import ModelSummary as Summary
 from lightning.pytorch.utilities.model_summary.model_summary import (
     LEFTOVER_PARAMS_NAME,
     NOT_APPLICABLE,
-    _format_summary_table,
 )
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
 from xfmr.training.throughput import TrainingFlops
 
-log = logging.getLogger("xfmr")
-
-# Lightning's table ends with a "Total Flops" line that reads 0 for the same reason.
-FLOPS_TOTAL_LINE = "Total Flops"
 # Lightning's summary sizes parameters by a table of precisions without the *-mixed ones, for
 # which it warns and takes 32 bits; `parameter_megabytes` sizes them as they are held instead.
 PRECISION_WARNING = r"Precision .* is not supported by the model summary"
@@ -39,32 +36,34 @@ PRECISION_WARNING = r"Precision .* is not supported by the model summary"
 # by a decoder or encoder): only there is T known before the first batch.
 FIXED_LENGTH_KIND = "text"
 SI_PREFIXES = ("", "K", "M", "G", "T", "P", "E")
+# The Trainer adds a summary of its own unless told not to: this one stands in for it, and
+# reads `trainer.enable_model_summary` itself (`enabled`).
+SUMMARY_FROM_TRAINER = {"enable_model_summary": False}
 
 
-class ModelSummary(LightningModelSummary):
-    """Lightning's model summary (rich where rich is installed, as Lightning's default is) with
-    no FLOPs column or total, and one line of training FLOPs per token from
-    `TrainingFlops` (nothing for an architecture without an estimate, such as an RNN).
-
-    In the trainer's callbacks it stands in for the summary Lightning would add.
+class ModelSummary(L.Callback):
+    """Lightning's model summary, drawn with rich, with no FLOPs column or total, and one line
+    of training FLOPs per token from `TrainingFlops` (nothing for an architecture without an
+    estimate, such as an RNN).
 
     Args:
         max_depth: the depth of nested layers shown, as Lightning's; 0 shows nothing.
-        enabled: the run's `trainer.enable_model_summary`. Lightning only declines to add its
-            own summary when that is false and leaves one in the callbacks alone, so this one
-            reads the key itself.
-        **summarize_kwargs: as Lightning's (rich: `header_style`).
+        enabled: the run's `trainer.enable_model_summary`.
+        header_style: the table's header style, as Lightning's RichModelSummary's.
     """
 
-    def __init__(self, max_depth: int = 1, *, enabled: bool = True, **summarize_kwargs: Any):
-        super().__init__(max_depth=max_depth if enabled else 0, **summarize_kwargs)
+    def __init__(
+        self, max_depth: int = 1, *, enabled: bool = True, header_style: str = "bold magenta"
+    ) -> None:
+        self.max_depth = max_depth if enabled else 0
+        self.header_style = header_style
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._max_depth:
+        if not self.max_depth:
             return
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=PRECISION_WARNING, category=UserWarning)
-            summary = self._summary(trainer, pl_module)
+            summary = summarize(pl_module, max_depth=self.max_depth)
         columns = summary_columns(summary, pl_module)
         if not trainer.is_global_zero:
             return
@@ -76,8 +75,7 @@ class ModelSummary(LightningModelSummary):
         }
         flops = TrainingFlops.of(pl_module.model) if hasattr(pl_module, "model") else None
         line = None if flops is None else training_flops_line(flops, trainer.datamodule)
-        show = _show_rich if _RICH_AVAILABLE else _show_plain
-        show(columns, totals, line, **self._summarize_kwargs)
+        _show_rich(columns, totals, line, header_style=self.header_style)
 
 
 def summary_columns(summary: Summary, module: L.LightningModule) -> list[tuple[str, list[str]]]:
@@ -157,24 +155,6 @@ def format_flops(flops: float) -> str:
     return f"{flops:.3g} {SI_PREFIXES[exponent]}FLOP"
 
 
-def _show_plain(
-    columns: list[tuple[str, list[str]]],
-    totals: dict[str, Any],
-    flops_line: str | None,
-    **_: Any,
-) -> None:
-    table = _format_summary_table(
-        totals["total_parameters"],
-        totals["trainable_parameters"],
-        totals["model_size"],
-        totals["total_training_modes"],
-        0,
-        *columns,
-    )
-    lines = [line for line in table.splitlines() if not line.endswith(FLOPS_TOTAL_LINE)]
-    log.info("\n".join(["", *lines, *([flops_line] if flops_line else [])]))
-
-
 # Lightning's RichModelSummary columns, but for its FLOPs column.
 RICH_COLUMNS: dict[str, dict[str, Any]] = {
     " ": {"style": "dim"},
@@ -191,8 +171,7 @@ def _show_rich(
     totals: dict[str, Any],
     flops_line: str | None,
     *,
-    header_style: str = "bold magenta",
-    **_: Any,
+    header_style: str,
 ) -> None:
     from rich import get_console
     from rich.table import Table

@@ -381,9 +381,8 @@ def _datasheet_dtype(device: torch.device, dtype: torch.dtype) -> str:
     """The name of the figure `get_available_flops` returns for `dtype`, by its own rule."""
     short = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
     if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
-        from lightning.fabric.accelerators.cuda import _is_ampere_or_later
-
-        if device.type == "cuda" and _is_ampere_or_later():
+        # TF32 matmuls came with Ampere (compute capability 8), as Lightning's table reads it.
+        if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
             return "tf32"
     return short.get(dtype, str(dtype).removeprefix("torch."))
 
