@@ -182,9 +182,8 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
 
 
 def _differences(first: Any, second: Any) -> list[list[str]]:
-    """The resolved config keys whose values differ between two runs, less the seed and where
-    each run writes."""
-    from omegaconf import OmegaConf
+    """The config keys whose values differ between two runs, less the seed and where each run
+    writes."""
 
     def flat(config: Any, prefix: str = "") -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -195,7 +194,7 @@ def _differences(first: Any, second: Any) -> list[list[str]]:
                 found[f"{prefix}{key}"] = value
         return found
 
-    a, b = (flat(OmegaConf.to_container(run.config, resolve=True)) for run in (first, second))
+    a, b = (flat(run.config.to_dict()) for run in (first, second))
     own = (str(first.path), str(second.path))
 
     def shown(key: str) -> bool:

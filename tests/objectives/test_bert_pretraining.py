@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.config import checked, compose_config
+from helpers.config import compose_config
 from xfmr.data.documents import (
     IS_NEXT,
     NOT_NEXT,
@@ -156,9 +156,8 @@ def test_whole_word_masking_refuses_a_tokenizer_that_marks_no_words(tmp_path: Pa
     tokenizer = train_tokenizer(spec, iter(["some text"]))
     with pytest.raises(UserError, match=r"objective.whole_word=true .*\['wordpiece', 'bpe'"):
         TokenMasker(whole_word=True).bind(tokenizer)
-    cfg = compose_config(tmp_path, ["arch=encoder", "objective=mlm", "objective.whole_word=true"])
     with pytest.raises(UserError, match="objective.whole_word=true .* tokenizer=char marks none"):
-        checked(cfg)
+        compose_config(tmp_path, ["arch=encoder", "objective=mlm", "objective.whole_word=true"])
 
 
 # -- next-sentence pairs -----------------------------------------------------------------------
@@ -282,9 +281,8 @@ def test_mismatches_are_refused_by_name(tmp_path: Path, overrides: list[str], me
     overrides = [o for o in overrides if o != "DOCS"] + (
         ["data=documents", docs] if "DOCS" in overrides else []
     )
-    cfg = compose_config(tmp_path, ["arch=encoder", *overrides])
     with pytest.raises(UserError, match=message):
-        checked(cfg)
+        compose_config(tmp_path, ["arch=encoder", *overrides])
 
 
 # -- runs --------------------------------------------------------------------------------------

@@ -10,11 +10,12 @@ import csv
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from helpers.cli import run_cli
 from helpers.config import compose_config
@@ -22,6 +23,7 @@ from helpers.models import randomize
 from xfmr.nn import ModelConfig, PosConfig, build_model
 from xfmr.nn.config import EXTENDING_POSITIONS, POS_NAMES
 from xfmr.nn.positions import SinusoidalPositions, extend_positions
+from xfmr.objectives.config import ObjectiveConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -176,7 +178,7 @@ def test_the_first_positions_are_scored_as_the_model_at_the_trained_length_score
     curve = [float(r["loss"]) for r in _rows(tmp_path / "long.by_position.csv")]
 
     run = load_run(run_dir)
-    data = OmegaConf.merge(run.config.data, {"block_size": length, "val_batches": None})
+    data = run.config.data.with_settings(block_size=length, val_batches=None)
     sums, windows = torch.zeros(TRAINED, dtype=torch.float64), 0
     with torch.no_grad():
         for batch in attach_data(run, data).val_dataloader():
@@ -228,8 +230,9 @@ def test_by_position_is_for_causal_lm_runs() -> None:
     from xfmr.errors import UserError
     from xfmr.runs.evaluation_data import wants_by_position
 
-    def run(objective: str):
-        return OmegaConf.create({"objective": {"_target_": f"xfmr.objectives.{objective}"}})
+    def run(objective: str) -> Any:
+        section = ObjectiveConfig.read({"_target_": f"xfmr.objectives.{objective}"})
+        return SimpleNamespace(objective=section)  # what wants_by_position reads of a config
 
     clm, mlm = run("clm.CausalLMObjective"), run("mlm.MaskedLMObjective")
     for asked, on_clm, on_mlm in ((None, True, False), (False, False, False)):

@@ -158,13 +158,7 @@ def test_finish_loggers_records_each_status(
     uri = f"sqlite:///{tmp_path / 'nested' / 'mlflow.db'}"  # its folder does not exist yet
     # Lightning's MLFlowLogger exports the URI to the environment: undo that after the test.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    cfg = OmegaConf.create(
-        {
-            "optim": {"lr": 0.003},
-            "note": "x" * (MAX_PARAM_VAL_LENGTH + 10),
-            "optimized_metric": "val/acc",
-        }
-    )
+    values = {"optim": {"lr": 0.003}, "note": "x" * (MAX_PARAM_VAL_LENGTH + 10)}
     expected = {
         "completed": ("FINISHED", api_pb2.STATUS_SUCCESS),
         "pruned": ("FINISHED", api_pb2.STATUS_SUCCESS),
@@ -176,7 +170,7 @@ def test_finish_loggers_records_each_status(
         mlflow = mlflow_logger(tracking_uri=uri, experiment_name="statuses", run_name=status)
         tensorboard = TensorBoardLogger(tmp_path, name=status, version="")
         trainer = L.Trainer(logger=[mlflow, tensorboard], accelerator="cpu", devices=1)
-        log_run_params(trainer.loggers, cfg, val_metrics=["ppl"])
+        log_run_params(trainer.loggers, values, "val/acc", ["ppl"])
         finish_loggers(trainer, status)
 
         run = client.get_run(mlflow.run_id)

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
@@ -57,11 +56,8 @@ HEAD = "the quick brown fox jumps over the lazy dog.\na small cat sees a big bir
 TAIL = "zyzzyva zyzzyva quixotic zyzzyva §\n" * 30
 
 
-def _cfg(tmp_path: Path, kind: str, **tokenizer):
-    settings = {**SETTINGS[kind], **tokenizer}
-    return OmegaConf.create(
-        {"tokenizer": settings, "paths": {"cache_dir": str(tmp_path / "cache")}}
-    )
+def _spec(kind: str, **tokenizer) -> TokenizerSpec:
+    return TokenizerSpec.read({**SETTINGS[kind], **tokenizer})
 
 
 def _corpus(tmp_path: Path, text: str) -> TextCorpusDataModule:
@@ -74,7 +70,10 @@ def _corpus(tmp_path: Path, text: str) -> TextCorpusDataModule:
 def _prepare(tmp_path: Path, data, kind: str, run: str, **tokenizer):
     run_dir = tmp_path / run
     run_dir.mkdir()
-    return prepare_tokenizer(_cfg(tmp_path, kind, **tokenizer), data, run_dir)
+    spec = _spec(kind, **tokenizer)
+    return prepare_tokenizer(
+        spec, data, run_dir, cache_dir=str(tmp_path / "cache"), objective="clm"
+    )
 
 
 @pytest.mark.parametrize("kind", list(SETTINGS))
@@ -159,7 +158,9 @@ def test_the_cache_key_is_the_sample_read(tmp_path: Path, caplog) -> None:
 
 def test_a_bound_that_is_not_positive_is_refused(tmp_path: Path) -> None:
     data = _corpus(tmp_path, HEAD)
-    with pytest.raises(ValueError, match=r"tokenizer.train_sample_mb=0 must be a positive"):
+    with pytest.raises(
+        ValueError, match=r"tokenizer.train_sample_mb=0 is not valid: use a number > 0"
+    ):
         _prepare(tmp_path, data, "char", "run", train_sample_mb=0)
 
 
@@ -180,9 +181,9 @@ def test_a_missing_corpus_is_a_user_error(tmp_path: Path) -> None:
 MEASURE = textwrap.dedent(
     """
     import sys
-    from omegaconf import OmegaConf
     from xfmr.data.text import TextCorpusDataModule
     from xfmr.parts.tokenizer import prepare_tokenizer
+    from xfmr.text.tokenizers import TokenizerSpec
 
     def kib(field):
         for line in open("/proc/self/status"):
@@ -197,11 +198,10 @@ MEASURE = textwrap.dedent(
     open("/proc/self/clear_refs", "w").write("5")
     before = kib("VmHWM")
     if mode == "sample":
-        cfg = OmegaConf.create({
-            "tokenizer": {**SETTINGS, "vocab_size": 512, "train_sample_mb": 4},
-            "paths": {"cache_dir": cache},
-        })
-        prepare_tokenizer(cfg, data, __import__("pathlib").Path(cache))
+        spec = TokenizerSpec.read({**SETTINGS, "vocab_size": 512, "train_sample_mb": 4})
+        prepare_tokenizer(
+            spec, data, __import__("pathlib").Path(cache), cache_dir=cache, objective="clm"
+        )
     else:
         data.split_text()  # the whole training text as one string, as before
     print((kib("VmHWM") - before) // 1024)  # MiB

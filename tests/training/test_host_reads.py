@@ -80,6 +80,7 @@ class CountReads(L.Callback):
 
 
 def _count(tmp_path: Path, overrides: list[str]) -> CountReads:
+    from xfmr.training import fitting as fit
     from xfmr.training import run
 
     counter = CountReads()
@@ -97,15 +98,15 @@ def _count(tmp_path: Path, overrides: list[str]) -> CountReads:
             *overrides,
         ],
     )
-    fitting = run._fitting
-    run._fitting = lambda callbacks, loggers, tokenizer: [
+    fitting = fit._fitting
+    fit._fitting = lambda callbacks, loggers, tokenizer: [
         counter,
         *fitting(callbacks, loggers, tokenizer),
     ]
     try:
         run.run_training(cfg)
     finally:
-        run._fitting = fitting
+        fit._fitting = fitting
     return counter
 
 
@@ -150,6 +151,7 @@ def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             torch.cuda.set_sync_debug_mode("default")
 
+    from xfmr.training import fitting as fit
     from xfmr.training import run
 
     cfg = compose_config(
@@ -164,11 +166,11 @@ def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
             "callbacks.text_sample=null",
         ],
     )
-    fitting = run._fitting
-    run._fitting = lambda *args: [NoWaits(), *fitting(*args)]
+    fitting = fit._fitting
+    fit._fitting = lambda *args: [NoWaits(), *fitting(*args)]
     try:
         results = run.run_training(cfg)
     finally:
-        run._fitting = fitting
+        fit._fitting = fitting
         torch.cuda.set_sync_debug_mode("default")
     assert results["status"] == "completed" and results["step"] == STEPS

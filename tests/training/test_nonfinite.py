@@ -35,7 +35,7 @@ def _train(tmp_path: Path, overrides: list[str]) -> dict:
             "size=tiny",
             "trainer.max_steps=5",
             "trainer.val_check_interval=5",
-            "schedule.warmup_steps=10",  # the lr changes every step
+            "schedule.warmup_steps=5",  # the lr changes every step
             "callbacks.text_sample=null",
             f"+callbacks.record={{_target_: helpers.numeric_faults.RecordSteps, path: '{record}'}}",
             *overrides,

@@ -60,10 +60,13 @@ class RecordedBar(StepProgressBar):
 
 def _train_with_bar(tmp_path: Path, overrides: list[str]) -> tuple[dict, RecordedBar]:
     """A tiny run with the shipped progress bar settings, the bar kept for inspection."""
-    cfg = compose_config(tmp_path, ["trainer.enable_progress_bar=true", *EPOCH_OF_3, *overrides])
     shipped = OmegaConf.load(config_dir() / "callbacks" / "default.yaml").progress_bar
     assert shipped._target_ == "xfmr.training.progress_bars.StepProgressBar"
-    cfg.callbacks.progress_bar = {**shipped, "_target_": f"{__name__}.RecordedBar"}
+    settings = ", ".join(f"{k}: {v}" for k, v in shipped.items() if k != "_target_")
+    bar = f"callbacks.progress_bar={{_target_: {__name__}.RecordedBar, {settings}}}"
+    cfg = compose_config(
+        tmp_path, ["trainer.enable_progress_bar=true", *EPOCH_OF_3, *overrides, bar]
+    )
     RecordedBar.last = None
     results = run_training(cfg)
     assert RecordedBar.last is not None, "the configured bar was not used"

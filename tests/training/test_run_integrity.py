@@ -194,14 +194,17 @@ def test_running_out_of_memory_names_the_settings_to_lower(
 
 
 def test_other_runtime_errors_are_not_taken_for_memory() -> None:
-    from omegaconf import OmegaConf
-
+    from xfmr.data.config import DataConfig
     from xfmr.training.guards import out_of_memory
 
-    cfg = OmegaConf.create({"data": {"batch_size": 8, "max_length": 128}, "trainer": {}})
-    assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), cfg) is None
-    assert out_of_memory(ValueError("out of memory"), cfg) is None
-    reason = out_of_memory(MemoryError(), cfg)
+    data = DataConfig.read(
+        {"_target_": "xfmr.data.parallel.ParallelDataModule", "batch_size": 8, "max_length": 128},
+        check_files=False,
+    )
+    shapes = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    assert out_of_memory(shapes, data, "32-true") is None
+    assert out_of_memory(ValueError("out of memory"), data, "32-true") is None
+    reason = out_of_memory(MemoryError(), data, "32-true")
     assert "data.batch_size=8" in reason and "data.max_length=128" in reason
 
 
@@ -343,17 +346,14 @@ def test_a_run_keeps_its_labels_when_the_training_file_moves_or_changes(
 def test_a_run_without_labels_json_reads_them_again_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from omegaconf import OmegaConf
-
+    from xfmr.data.config import DataConfig
     from xfmr.parts.labels import trained_labels
 
     tsv = tmp_path / "train.tsv"
     tsv.write_text(LABELLED)
-    config = OmegaConf.create(
-        {"data": {"_target_": DELIMITED, "train_path": str(tsv), "val_path": str(tsv)}}
-    )
+    data = DataConfig.read({"_target_": DELIMITED, "train_path": str(tsv), "val_path": str(tsv)})
     with caplog.at_level("WARNING", logger="xfmr"):
-        assert trained_labels(config, tmp_path) == ["neg", "pos"]
+        assert trained_labels(data, tmp_path) == ["neg", "pos"]
     assert "has no labels.json" in caplog.text
 
 

@@ -69,13 +69,23 @@ def test_frozen_backbone_stays_put_while_a_lower_lr_still_moves_it(
 
 
 def test_nothing_in_common_is_refused(tmp_path: Path, tiny_run: TinyRun) -> None:
+    from xfmr.nn import ModelConfig, build_model
+    from xfmr.parts.sources import init_source
+    from xfmr.parts.transfer import initialise_from
     from xfmr.training.run import run_training
 
     pretrained = tiny_run.dir
     out = tmp_path / "rnn"
     out.mkdir()
-    with pytest.raises(UserError, match="no tensor matches"):
+    # Refused by the config, which names what differs, before anything is built ...
+    with pytest.raises(UserError, match=r"was trained as another model \(model.arch: trained"):
         run_training(compose_config(out, ["arch=rnn", "size=small", f"init_from={pretrained}"]))
+    # ... and by the run, which finds no tensor to take, where the config could not tell.
+    rnn = build_model(
+        ModelConfig.from_dict({"arch": "rnn", "vocab_size": 30, "pos": {"name": "none"}})
+    )
+    with pytest.raises(UserError, match="no tensor matches"):
+        initialise_from(rnn, init_source(str(pretrained)))
 
 
 def test_bert_style_mlm_pretraining_then_classification_carries_the_backbone(

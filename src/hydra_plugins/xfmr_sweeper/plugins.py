@@ -60,6 +60,7 @@ class XfmrSweeper(Sweeper):
         self.hydra_context: Any = None
         self.config: Any = None
         self.launcher: Any = None
+        self.checks_jobs = False
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.plugins import Plugins
@@ -68,6 +69,8 @@ class XfmrSweeper(Sweeper):
 
         self.hydra_context = hydra_context
         self.config = config
+        # xfmr-train's jobs are checked before the sweep starts; another app's are its own.
+        self.checks_jobs = getattr(task_function, "__module__", "") == "xfmr.cli.train"
         # Before the launcher: submitit's resolves its folder from ${hydra.sweep.dir}, whose
         # default reads the Hydra config that fix_sweep_dir sets.
         fix_sweep_dir(config)
@@ -82,7 +85,8 @@ class XfmrSweeper(Sweeper):
         from xfmr.sweeps.sweep import run_sweep
 
         try:
-            check_first_job(self.hydra_context, self.config, self.settings, list(arguments))
+            if self.checks_jobs:
+                check_first_job(self.hydra_context, self.config, self.settings, list(arguments))
             return run_sweep(
                 self.settings,
                 hydra_context=self.hydra_context,

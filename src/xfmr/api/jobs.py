@@ -4,10 +4,11 @@ sweep's group, an MLflow run in the sweep's experiment tagged with the sweep and
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from xfmr.api.composing import resolution_problem
 from xfmr.config import RunConfig
@@ -62,6 +63,9 @@ def check_first_job(
         message = _one_line(f"{e}\n{cause}")
         missing = _missing_key(message, first)
         raise UserError(_refusal_of(missing, first, None) if missing else message) from None
+    job = copy.deepcopy(job)  # the launcher runs the one composed; this one is checked
+    with read_write(job.hydra), open_dict(job.hydra):  # where Hydra will run it: sweep.dir/N
+        job.hydra.runtime.output_dir = str(job.hydra.sweep.dir) + "/" + str(job.hydra.sweep.subdir)
     holder = HydraConfig.instance()
     previous = holder.cfg
     try:

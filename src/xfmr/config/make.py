@@ -52,7 +52,7 @@ def _checked(values: Mapping[str, Any]) -> RunConfig:
         if _select(values, key) in (None, ""):
             raise UserError(f"{key} is not set: this experiment needs {what}")
     check_numbers("", {"seed": values.get("seed")}, {"seed": ((SEED,), None)})
-    config = RunConfig.from_dict(values, check_files=True)
+    config = RunConfig.from_dict(values)
     config.trainer.check_devices()
     check_across(config)
     return resolve(config)
@@ -82,6 +82,7 @@ def check_across(config: RunConfig) -> None:
     config.objective.check_tokenizer(config.tokenizer.kind, WORD_MARKING_KINDS)
     objective = config.objective
     config.data.check_feeds(objective.name, objective.facts.reads, objective.data_choices())
+    config.data.check_files()  # after the kind: the wrong data group is named before its files
 
 
 def resolve(config: RunConfig) -> RunConfig:

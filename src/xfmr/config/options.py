@@ -185,11 +185,11 @@ class Targets:
     def get(self, name: str) -> Target | None:
         return self.entries.get(name)
 
-    def replaced(self, name: str, **settings: Any) -> Targets:
-        """The entries with `name`'s settings changed (the run's own, e.g. a sweep's names)."""
-        target = self.entries[name]
+    def replaced(self, entry: str, **settings: Any) -> Targets:
+        """The entries with `entry`'s settings changed (the run's own, e.g. a sweep's names)."""
+        target = self.entries[entry]
         changed = dataclasses.replace(target, settings=frozen({**target.settings, **settings}))
-        return Targets(frozen({**self.entries, name: changed}))
+        return Targets(frozen({**self.entries, entry: changed}))
 
     def build(self) -> list[Any]:
         return [target.build() for target in self.entries.values()]
