@@ -4,6 +4,7 @@ tests share besides fixtures is in tests/helpers/."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,15 @@ import torch
 from helpers import TESTS_DIR
 from helpers.cli import run_cli
 from helpers.runs import CORPUS, FSDP, TINY, TinyRun
+
+# The suite's workers (pytest-xdist, one per core) share the cores: one thread each, in this
+# process and in every process it starts (a CLI, a DDP rank, a sweep's job), rather than each
+# running torch's pool of one thread per core over the others'. Set before the first process
+# starts (helpers.cli_processes' fork server reads it once); a person's own setting wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture
