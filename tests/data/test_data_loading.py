@@ -23,6 +23,7 @@ from xfmr.data.config import MAX_AUTO_WORKERS, NUMBERS, auto_workers
 from xfmr.data.hf_stream import HFStreamingDataModule, StreamedExamples
 from xfmr.data.loading import device_loading
 from xfmr.data.order import TrainingLoader
+from xfmr.data.settings import ChosenWorkers
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 from xfmr.ranges import check_numbers
@@ -100,13 +101,14 @@ def test_without_a_trainer_batches_are_made_in_this_process():
 
 def test_a_stream_gets_no_more_workers_than_it_has_shards(monkeypatch):
     monkeypatch.setattr(loading, "cpu_cores", lambda: 16)
-    module = HFStreamingDataModule(source=None, kind="text", fields={})  # type: ignore[arg-type]
-    module.collate_fn = list
-    module.trainer = _trainer(CUDA)
-    for shards, workers in ((2, 2), (64, MAX_AUTO_WORKERS)):
-        stream = StreamedExamples(SimpleNamespace(num_shards=shards), iter, empty="")
-        loader = module._loader(stream, training=True)
-        assert (loader.num_workers, loader.pin_memory) == (workers, True)
+    for given in ("auto", ChosenWorkers(MAX_AUTO_WORKERS)):  # chosen now, or when read
+        module = HFStreamingDataModule(source=None, kind="text", fields={}, num_workers=given)  # type: ignore[arg-type]
+        module.collate_fn = list
+        module.trainer = _trainer(CUDA)
+        for shards, workers in ((2, 2), (64, MAX_AUTO_WORKERS)):
+            stream = StreamedExamples(SimpleNamespace(num_shards=shards), iter, empty="")
+            loader = module._loader(stream, training=True)
+            assert (loader.num_workers, loader.pin_memory) == (workers, True)
 
 
 @pytest.mark.parametrize("bad", [-1, "many", 1.5, None])
@@ -143,6 +145,11 @@ def test_lightning_s_advice_gives_way_to_one_line_when_xfmr_chose(monkeypatch, c
         "data: batches made in the training process (data.num_workers=auto: 0 on a CPU, "
         "whose cores train the model)"
     ]
+    caplog.clear()
+    # The run's config chose it (`auto` read as 0 for this CPU): the loaders say so as well.
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        assert _lightning_advice(trainer, _text(num_workers=ChosenWorkers(0))) == []
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("data: ")] == lines
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="xfmr"):
         advice = _lightning_advice(trainer, _text(num_workers=0))  # the user's own number

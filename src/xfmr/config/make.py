@@ -7,6 +7,7 @@ checkpoint, `init_from`) are checked here, before anything is printed or built."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,7 +101,9 @@ def resolve(config: RunConfig) -> RunConfig:
         resolved["schedule.warmup_steps"] = {"warmup_ratio": schedule.get("warmup_ratio")}
     data = config.data
     if data.auto_workers:
-        data = data.with_settings(num_workers=_workers_for(trainer))
+        data = dataclasses.replace(
+            data.with_settings(num_workers=_workers_for(trainer)), workers_chosen=True
+        )
         resolved["data.num_workers"] = config.data.get("num_workers")
     return config.replace(resolved, trainer=trainer, schedule=schedule, data=data)
 

@@ -157,9 +157,11 @@ class RunConfig:
         files are checked only with `check_files` (a finished run's data may have moved)."""
         values = {**_primary_defaults(), **values}
         schedule = values.get("schedule")
+        resolved = values.get("resolved") or {}
+        data = DataConfig.read(values["data"], check_files=check_files)
         return cls(
             model=read_model(values),
-            data=DataConfig.read(values["data"], check_files=check_files),
+            data=dataclasses.replace(data, workers_chosen="data.num_workers" in resolved),
             tokenizer=_tokenizer(values["tokenizer"]),
             objective=ObjectiveConfig.read(values["objective"]),
             optim=OptimConfig.read(values["optim"]),
@@ -168,12 +170,12 @@ class RunConfig:
             logger=Targets.read("logger", values.get("logger")),
             callbacks=Targets.read("callbacks", values.get("callbacks"), CALLBACK_NUMBERS),
             paths=PathsConfig.read(values["paths"]),
-            task_name=str(values.get("task_name") or "train"),
+            task_name=str(values["task_name"]),
             seed=int(values["seed"]),
             ckpt_path=values.get("ckpt_path"),
             init_from=values.get("init_from"),
             optimized_metric=values.get("optimized_metric"),
-            print_config=bool(values.get("print_config", True)),
+            print_config=bool(values["print_config"]),
             compile=compile_mode(values.get("compile")),
             throughput=ThroughputConfig.read(values.get("throughput")),
             nonfinite=NonfiniteConfig.read(values.get("nonfinite")),
@@ -181,7 +183,7 @@ class RunConfig:
             slurm=SlurmConfig.read(values.get("slurm")),
             trial=TrialConfig.read(values.get("trial")),
             required=frozen(values.get("required") or {}),
-            resolved=frozen(values.get("resolved") or {}),
+            resolved=frozen(resolved),
         )
 
     @classmethod

@@ -101,6 +101,8 @@ class TrainerConfig(TargetSection):
     def accelerator(self) -> str:
         return str(self.get("accelerator") or "auto")
 
+    # A key the section leaves out is Lightning's default (the Trainer's signature): `auto`
+    # devices, no step limit.
     @property
     def devices(self) -> Any:
         return self.get("devices", "auto")

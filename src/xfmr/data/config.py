@@ -18,6 +18,7 @@ from xfmr.data.files import check_text_head, text_files
 from xfmr.data.settings import (
     AUTO_WORKERS,
     HF_PATH_CHOICES,
+    ChosenWorkers,
     check_squad_windows,
     parallel_files,
 )
@@ -59,10 +60,13 @@ class DataConfig(TargetSection):
         target: the module's class or factory and its keyword arguments.
         kind: the kind of examples it gives (`xfmr.kinds`): the one its class declares, or
             for a factory that gives several (data=hf) the one `data.kind` chooses.
+        workers_chosen: `num_workers` is what `auto` became for the run's device
+            (`xfmr.config.make.resolve`), which the module is told (`ChosenWorkers`).
     """
 
     target: Target
     kind: str | None = None
+    workers_chosen: bool = False
 
     @classmethod
     def read(cls, values: Mapping[str, Any], *, check_files: bool = True) -> DataConfig:
@@ -135,6 +139,8 @@ class DataConfig(TargetSection):
 
     def build(self, **given: Any) -> Any:
         """The data module (`given`: what only the run knows, e.g. a finished run's labels)."""
+        if self.workers_chosen:
+            given = {"num_workers": ChosenWorkers(self.get("num_workers")), **given}
         return self.target.build(**given)
 
     def to_dict(self) -> dict[str, Any]:

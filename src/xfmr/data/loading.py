@@ -25,7 +25,7 @@ import torch
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from xfmr.data.config import MAX_AUTO_WORKERS, auto_workers
-from xfmr.data.settings import AUTO_WORKERS
+from xfmr.data.settings import AUTO_WORKERS, ChosenWorkers
 from xfmr.devices import cpu_cores
 
 if TYPE_CHECKING:
@@ -53,12 +53,16 @@ def device_loading(
     beyond them would have nothing to read)."""
     device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
     pin_memory = device.type == "cuda"
-    chosen = num_workers == AUTO_WORKERS
+    chosen = num_workers == AUTO_WORKERS or isinstance(num_workers, ChosenWorkers)
     _quiet_few_workers("train_dataloader" if training else "val_dataloader", quiet=chosen)
     if not chosen:
         return Loading(int(num_workers), pin_memory)
     cpus, local = cpu_cores(), trainer.num_devices if trainer is not None else 1
-    workers = auto_workers(device.type, cpus=cpus, local_world_size=local)
+    workers = (
+        int(num_workers)  # chosen when the run's config was read
+        if isinstance(num_workers, ChosenWorkers)
+        else auto_workers(device.type, cpus=cpus, local_world_size=local)
+    )
     shards = most if most is not None and most < workers else None  # the stream's, when fewer
     if shards is not None:
         workers = shards

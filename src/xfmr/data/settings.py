@@ -19,6 +19,12 @@ _JSONL_FILES = ("train_path", "val_path")
 AUTO_WORKERS = "auto"  # data.num_workers chosen for the device when the loaders are built
 
 
+class ChosenWorkers(int):
+    """A `data.num_workers` that `auto` became when the run's config was read (for the device
+    it trains on): a number, that the loaders treat as chosen for them, not given by a person
+    (they say why in a line, and a stream caps it at its shards)."""
+
+
 def check_num_workers(num_workers: Any) -> int | str:
     """`data.num_workers`: loader worker processes, or auto; the config check
     (`xfmr.ranges`) asks the same of the composed config."""

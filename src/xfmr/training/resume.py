@@ -8,12 +8,12 @@ from pathlib import Path
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.model_keys import differences, resume_keys
+from xfmr.parts.sources import check_ckpt_path
 from xfmr.run_dir.checkpoints import read_checkpoint
 from xfmr.run_dir.files import (
     CHECKPOINT_DIR,
     LAST_CHECKPOINT,
     PERIODIC_GLOB,
-    SAFETENSORS_SUFFIX,
     SHARDED_STATE_FILE,
     is_checkpoint,
 )
@@ -30,17 +30,8 @@ def resolve_checkpoint(
         if newest is None:
             return None
         ckpt_path = str(newest)
+    check_ckpt_path(ckpt_path)  # again: the file may have gone since the config was read
     path = Path(ckpt_path)
-    if not is_checkpoint(path):
-        raise UserError(
-            f"ckpt_path={ckpt_path!r} does not exist: give a .ckpt file (or, under trainer=fsdp, "
-            "folder) written by xfmr-train"
-        )
-    if path.suffix == SAFETENSORS_SUFFIX:
-        raise UserError(
-            f"ckpt_path={ckpt_path!r} holds weights only, no optimizer or loop state to resume: "
-            f"start a new run from it with init_from={ckpt_path}"
-        )
     saved = read_checkpoint(path, key="ckpt_path", mmap=True)["hyper_parameters"]["model_config"]
     differs = differences(ModelConfig.from_dict(saved), model_config, ignore=resume_keys())
     if differs:
