@@ -76,3 +76,26 @@ def test_a_run_is_checked_once(
     train.main()
     assert (tmp_path / "run" / "results.json").is_file()
     assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    ("args", "starts"),
+    [
+        (["data=text", "data.path=/nonexistent"], "data.path='/nonexistent' does not exist"),
+        (["init_from=/nonexistent"], "init_from='/nonexistent' does not exist"),
+    ],
+)
+def test_a_grid_whose_first_job_is_refused_starts_no_job(
+    tmp_path: Path, args: list[str], starts: str
+) -> None:
+    """The first job of a grid is made and checked as it will run, before the sweep starts:
+    a mistake every job would make is one line, not a failed job after another. (The test's
+    CLI runs as `python -m xfmr.cli.train` does, as `__main__`.)"""
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", *TINY, *args, "pos=learned,rotary", f"hydra.sweep.dir={sweep}"], tmp_path
+    )
+    assert result.returncode == 2, result.output
+    assert len(_lines(result.output)) == 1, result.output
+    assert _lines(result.output)[0].startswith(f"xfmr-train: error: {starts}"), result.output
+    assert not sweep.exists(), "no job started"

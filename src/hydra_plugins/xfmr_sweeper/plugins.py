@@ -65,12 +65,13 @@ class XfmrSweeper(Sweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.plugins import Plugins
 
+        from xfmr.api.jobs import is_checked_first
         from xfmr.sweeps.sweep import fix_sweep_dir
 
         self.hydra_context = hydra_context
         self.config = config
         # xfmr-train's jobs are checked before the sweep starts; another app's are its own.
-        self.checks_jobs = getattr(task_function, "__module__", "") == "xfmr.cli.train"
+        self.checks_jobs = is_checked_first(task_function)
         # Before the launcher: submitit's resolves its folder from ${hydra.sweep.dir}, whose
         # default reads the Hydra config that fix_sweep_dir sets.
         fix_sweep_dir(config)

@@ -17,6 +17,21 @@ from xfmr.config.origins import origins
 from xfmr.errors import UserError
 from xfmr.paths import config_dir
 
+_CHECKED_FIRST = "__xfmr_checked_first__"
+
+
+def checked_first(task_function: Any) -> Any:
+    """Marks Hydra's task function as one whose jobs are made with `job_config`, so that
+    xfmr's sweeper checks the first job before the sweep starts (`check_first_job`). A mark on
+    the function, not its module's name: `python -m xfmr.cli.train` runs it as `__main__`."""
+    setattr(task_function, _CHECKED_FIRST, True)
+    return task_function
+
+
+def is_checked_first(task_function: Any) -> bool:
+    """Whether `task_function`'s jobs are xfmr runs (`checked_first`); another app's are its own."""
+    return bool(getattr(task_function, _CHECKED_FIRST, False))
+
 
 def job_config(cfg: DictConfig, hydra_cfg: DictConfig, overrides: Sequence[str]) -> RunConfig:
     """The job's run config: `cfg` (the job's composed config, under Hydra's main) read and

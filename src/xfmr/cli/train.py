@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from xfmr.api.jobs import checked_first
 from xfmr.cli.common import fail, print_config_tree
 from xfmr.errors import RunFailed, RunInterrupted, UserError
 from xfmr.paths import config_dir
@@ -69,6 +70,7 @@ def train_run(args: argparse.Namespace, *, check_only: bool) -> None:
         fail(PROG, str(e), code=130)
 
 
+@checked_first
 def train_job(cfg: DictConfig) -> float | None:
     """One job of a sweep (Hydra's task function): its config made and checked, the run
     trained, the optimized metric returned. A module-level function, so xfmr's launcher can
