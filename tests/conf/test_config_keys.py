@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 from helpers.config import signature_defaults
 from xfmr.api.choices import OTHER_TOOLS_GROUPS
 from xfmr.cli.train import _TREE_ORDER
-from xfmr.config.make import SECTIONS, number_tables
+from xfmr.config.make import SECTIONS
+from xfmr.config.run import number_tables
 from xfmr.paths import config_dir
 
 # Every section's numeric keys by their dotted name (each section declares its table).

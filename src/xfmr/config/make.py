@@ -20,7 +20,7 @@ from xfmr.errors import UserError
 from xfmr.keys import unknown_key
 from xfmr.nn.checks import check_lengths, check_parts
 from xfmr.parts.sources import check_ckpt_path, check_init_model, check_resume, init_source
-from xfmr.ranges import SEED, NumberTable, check_numbers
+from xfmr.ranges import SEED, check_numbers
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
 
 SECTIONS = ("model", "data", "tokenizer", "objective", "optim", "trainer", "paths")
@@ -127,27 +127,3 @@ def _select(values: Mapping[str, Any], key: str) -> Any:
             return None
         node = node[part]
     return node
-
-
-def number_tables() -> dict[str, NumberTable]:
-    """Every section's table of numeric keys, by the section's name (callbacks by entry)."""
-    from xfmr.config import optim, options, trainer
-    from xfmr.data.config import NUMBERS as DATA
-    from xfmr.objectives.config import NUMBERS as OBJECTIVE
-    from xfmr.text.tokenizers import NUMBERS as TOKENIZER
-
-    tables = {
-        "": {"seed": ((SEED,), None)},
-        "data": DATA,
-        "objective": OBJECTIVE,
-        "tokenizer": TOKENIZER,
-        "optim": optim.OPTIM_NUMBERS,
-        "schedule": optim.SCHEDULE_NUMBERS,
-        "trainer": trainer.NUMBERS,
-        "throughput": options.THROUGHPUT_NUMBERS,
-        "nonfinite": options.NONFINITE_NUMBERS,
-        "finetune": options.FINETUNE_NUMBERS,
-    }
-    for name, table in options.CALLBACK_NUMBERS.items():
-        tables[f"callbacks.{name}"] = table
-    return tables

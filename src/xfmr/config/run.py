@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from xfmr.config import optim, options, trainer
 from xfmr.config.optim import OptimConfig, ScheduleConfig
 from xfmr.config.options import (
     CALLBACK_NUMBERS,
@@ -28,15 +29,19 @@ from xfmr.config.options import (
     compile_mode,
 )
 from xfmr.config.trainer import TrainerConfig
+from xfmr.data import config as data_config
 from xfmr.data.config import DataConfig
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
+from xfmr.objectives import config as objective_config
 from xfmr.objectives.config import ObjectiveConfig
 from xfmr.paths import config_dir
+from xfmr.ranges import SEED, NumberTable
 from xfmr.run_dir.files import CONFIG_FILE
 from xfmr.sections import read_section
 from xfmr.sweeps.trial import TrialConfig
 from xfmr.targets import frozen, plain
+from xfmr.text import tokenizers
 from xfmr.text.tokenizers import TokenizerSpec
 
 # The top-level keys a run's config holds besides its sections.
@@ -232,3 +237,22 @@ def _primary_defaults() -> dict[str, Any]:
         primary = yaml.safe_load((config_dir() / "train.yaml").read_text(encoding="utf-8"))
         _DEFAULTS.update({k: v for k, v in primary.items() if k in _RUN_KEYS})
     return dict(_DEFAULTS)
+
+
+def number_tables() -> dict[str, NumberTable]:
+    """Every section's table of numeric keys, by the section's name (callbacks by entry)."""
+    tables = {
+        "": {"seed": ((SEED,), None)},
+        "data": data_config.NUMBERS,
+        "objective": objective_config.NUMBERS,
+        "tokenizer": tokenizers.NUMBERS,
+        "optim": optim.OPTIM_NUMBERS,
+        "schedule": optim.SCHEDULE_NUMBERS,
+        "trainer": trainer.NUMBERS,
+        "throughput": options.THROUGHPUT_NUMBERS,
+        "nonfinite": options.NONFINITE_NUMBERS,
+        "finetune": options.FINETUNE_NUMBERS,
+    }
+    for name, table in CALLBACK_NUMBERS.items():
+        tables[f"callbacks.{name}"] = table
+    return tables
