@@ -77,6 +77,30 @@ def test_a_built_target_names_its_section_when_its_class_refuses_a_value() -> No
         missing.build()
 
 
+@pytest.mark.parametrize("target", SHIPPED)
+def test_every_shipped_target_is_found_in_the_source(target: str) -> None:
+    Target(target, section="x").check_exists()
+
+
+def test_a_moved_or_missing_xfmr_target_is_refused_naming_where_it_is_now() -> None:
+    moved = Target("xfmr.training.callbacks.StepProgressBar", section="callbacks.bar")
+    with pytest.raises(UserError) as refused:
+        moved.check_exists()
+    assert str(refused.value) == (
+        "callbacks.bar._target_=xfmr.training.callbacks.StepProgressBar: no such class or "
+        "function; it is xfmr.training.progress_bars.StepProgressBar"
+    )
+    with pytest.raises(
+        UserError, match=r"=xfmr.data.text.NoSuchModule: no such class or function$"
+    ):
+        Target("xfmr.data.text.NoSuchModule", section="data").check_exists()
+    # A name the module imports, and a class's attribute, are found; another package's target
+    # is found when built (its module may be compiled).
+    Target("xfmr.config.run.Target", section="x").check_exists()
+    Target("xfmr.targets.Target.build", section="x").check_exists()
+    Target("torch.optim.NoSuchOptimizer", section="optim").check_exists()
+
+
 def test_settings_are_frozen_and_a_section_pickles() -> None:
     target = Target.read("optim", {"_target_": "torch.optim.AdamW", "betas": [0.9, 0.99]})
     with pytest.raises(TypeError, match="frozen"):

@@ -119,6 +119,19 @@ class Target:
             if name not in known or name in supplied:
                 raise UserError(unknown_key(section, name, sorted(known - set(supplied))))
 
+    def check_exists(self) -> None:
+        """A target inside xfmr names a module and a name in it that exist, found from the
+        source; where the name has moved, the message says where it is now. Other packages'
+        targets are found when built (their modules may be compiled, their names made at
+        import). Not checked when a run's saved config is read: an earlier version's
+        config.yaml may name a class that has since moved, and reading it evaluates the run."""
+        if not _own_target_exists(self.path):
+            found = " or ".join(_own_definitions(self.name))
+            where = f"; it is {found}" if found else ""
+            raise UserError(
+                f"{self.section}._target_={self.path}: no such class or function{where}"
+            )
+
     @property
     def name(self) -> str:
         """The class or function's own name (`TextCorpusDataModule`)."""
@@ -181,6 +194,57 @@ def locate(path: str) -> Any:
         raise ImportError(f"no module in {path!r}")
     for part in parts:
         found = getattr(found, part)
+    return found
+
+
+_OWN = __name__.split(".")[0]  # xfmr: every module of it is Python source
+
+
+def _own_target_exists(path: str) -> bool:
+    """False only for a path inside xfmr whose module, or name in it, is not in the source
+    (`Class.attr` paths: the class is found in its module)."""
+    module_name, _, name = path.rpartition(".")
+    if module_name.split(".")[0] != _OWN:
+        return True
+    while module_name.count("."):
+        source = source_file(module_name)
+        if source is not None:
+            return _defines_name(_tree(source), name)
+        module_name, _, name = module_name.rpartition(".")
+    return False
+
+
+def _defines_name(tree: ast.Module, name: str) -> bool:
+    """Whether a module's top level (its `if` and `try` blocks included) defines or imports
+    `name`, or answers any name (a module `__getattr__`)."""
+    names: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, ast.If | ast.Try):
+            statements += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            statements += [s for h in getattr(node, "handlers", []) for s in h.body]
+        elif isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return name in names or "__getattr__" in names
+
+
+def _own_definitions(name: str) -> list[str]:
+    """Where in xfmr a class or function called `name` is defined (`package.module.Name`)."""
+    root = source_file(_OWN)
+    if root is None:
+        return []
+    found = []
+    for source in sorted(root.parent.rglob("*.py")):
+        if any(_defines(node, name) for node in _tree(source).body):
+            module = source.relative_to(root.parent.parent).with_suffix("")
+            parts = module.parts[:-1] if module.name == "__init__" else module.parts
+            found.append(".".join((*parts, name)))
     return found
 
 

@@ -55,6 +55,18 @@ def test_the_rnn_keeps_the_width_it_chose_for_its_target() -> None:
     assert config.model.target_params == 20000 and config.model.d_model == 48  # chosen then
 
 
+def test_an_earlier_config_naming_a_class_since_moved_still_reads() -> None:
+    """9da2c96 named its progress bar xfmr.training.callbacks.StepProgressBar: the run's
+    config reads (to evaluate it); a new run naming it is refused (tests/test_targets.py)."""
+    written = _earlier("clm", Path("/nowhere"))
+    written["callbacks"]["progress_bar"] = {
+        "_target_": "xfmr.training.callbacks.StepProgressBar",
+        "refresh_rate": 1,
+    }
+    config = RunConfig.from_dict(written)
+    assert config.callbacks.get("progress_bar").name == "StepProgressBar"
+
+
 def test_a_run_with_an_earlier_config_is_used_as_any_other(tiny_run, tmp_path: Path) -> None:
     """tiny_run's checkpoints under the config.yaml an earlier xfmr wrote for the same run."""
     run_dir = tiny_run.copy(tmp_path / "clm")

@@ -61,6 +61,8 @@ def _checked(values: Mapping[str, Any]) -> RunConfig:
 
 def check_across(config: RunConfig) -> None:
     """What the sections ask of each other, in order."""
+    for target in config.targets():
+        target.check_exists()
     source = init_source(config.init_from)  # a missing init_from is refused here
     check_ckpt_path(config.ckpt_path)
     model = config.model

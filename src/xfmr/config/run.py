@@ -40,7 +40,7 @@ from xfmr.ranges import SEED, NumberTable
 from xfmr.run_dir.files import CONFIG_FILE
 from xfmr.sections import read_section
 from xfmr.sweeps.trial import TrialConfig
-from xfmr.targets import frozen, plain
+from xfmr.targets import Target, frozen, plain
 from xfmr.text import tokenizers
 from xfmr.text.tokenizers import TokenizerSpec
 
@@ -112,6 +112,15 @@ class RunConfig:
     @property
     def run_dir(self) -> Path:
         return self.paths.run_dir
+
+    def targets(self) -> list[Target]:
+        """Every class or function the config names to build."""
+        sections = [self.data, self.objective, self.optim, self.schedule, self.trainer]
+        return [
+            *(s.target for s in sections if s is not None),
+            *self.logger.entries.values(),
+            *self.callbacks.entries.values(),
+        ]
 
     def replace(self, resolved: Mapping[str, Any] | None = None, **sections: Any) -> RunConfig:
         """A copy with `sections` replaced (a frozen record is never changed in place); a

@@ -2,13 +2,14 @@
 entry points that use a run answer a mistake in about a second. Every name a run, a sweep or
 an export gives a file is spelled here once (tests/run_dir/test_run_file_names.py holds src/ to it).
 
-    RUN_DIR/config.yaml                      the resolved config
+    RUN_DIR/config.yaml                      the run's config, with what it chose itself
     RUN_DIR/tokenizer.json                   the run's tokenizer
     RUN_DIR/labels.json                      the label set (classification, tagging runs)
     RUN_DIR/results.json                     how the run ended: status, metrics, history
     RUN_DIR/train.log                        the log (Hydra's, named after the job)
     RUN_DIR/.lock                            held while xfmr-train trains here (its pid)
-    RUN_DIR/.hydra/overrides.yaml            the command line's overrides (Hydra's)
+    RUN_DIR/.hydra/overrides.yaml            a sweep job's overrides (Hydra's; earlier
+                                             versions' single runs too)
     RUN_DIR/csv/metrics.csv                  every logged metric (logger=csv, Lightning's CSVLogger)
     RUN_DIR/ddp/rankN.log                    the output of DDP workers xfmr launched
     RUN_DIR/checkpoints/{best,last}.ckpt     best by val/loss, and the last state
