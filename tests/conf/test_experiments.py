@@ -268,3 +268,34 @@ def test_gpt_finetune_without_init_from_fails_fast_saying_what_to_give(tmp_path:
     assert "Traceback" not in result.output, result.output
     assert "init_from is not set" in result.output and "run directory" in result.output
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# Text each objective makes something of (`Run.generate`); the others classify, tag or answer.
+PROMPTS = {"CausalLMObjective": "the", "Seq2SeqObjective": "eine katze sieht 3 steine .",
+           "SpanCorruptionObjective": "the <extra_id_0> sat", "MaskedLMObjective": "the [MASK] sat",
+           "MaskedLMNextSentenceObjective": "the [MASK] sat"}  # fmt: skip
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_a_run_is_generated_from_evaluated_and_exported_with_its_defaults_and_no_warning(
+    experiment: str, runs: Runs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a newcomer does next with the defaults: generation stays within the length the run
+    trained on, evaluation reads the run's own data, export writes its files; nothing warns."""
+    import warnings
+
+    from xfmr.api import Run
+
+    _, run_dir = runs.get(experiment)
+    run = Run(run_dir)
+    prompt = PROMPTS.get(EXPERIMENTS[experiment].objective)
+    caplog.clear()  # training's own lines
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+        warnings.simplefilter("always")
+        if prompt is not None:
+            assert isinstance(run.generate(prompt), str)
+        report = run.evaluate(out=run_dir.parent / "eval.json")
+        assert math.isfinite(report["loss"])
+        assert run.export(run_dir.parent / "model.safetensors").is_file()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= 30] + [str(w.message) for w in caught]
+    assert not said, f"experiment={experiment} warned: {said}"

@@ -424,7 +424,12 @@ def test_generating_past_the_trained_length_warns_once_and_past_the_table_is_ref
 ) -> None:
     """Learned positions up to 32, trained on blocks of 16: positions 16..31 were never seen."""
     from xfmr.errors import UserError
-    from xfmr.runs.inference import check_new_tokens, text_task, warn_past_training_length
+    from xfmr.runs.inference import (
+        check_new_tokens,
+        fitted_new_tokens,
+        text_task,
+        warn_past_training_length,
+    )
     from xfmr.runs.loading import load_run
 
     result = _cli(
@@ -443,6 +448,9 @@ def test_generating_past_the_trained_length_warns_once_and_past_the_table_is_ref
     with caplog.at_level("WARNING", logger="xfmr"):
         warn_past_training_length(run, task, rows, 14)
     assert not caplog.records
+    # generation.max_new_tokens=null (the default): up to the trained length, at least one.
+    assert fitted_new_tokens(run, task, rows) == 14
+    assert fitted_new_tokens(run, task, [[1] * 20]) == 1
     with pytest.raises(
         UserError, match="generation.max_new_tokens=31 .* model.pos.max_positions=32"
     ):

@@ -20,7 +20,9 @@ class GenerationConfig:
     Args:
         strategy: "greedy" (the most likely token each step), "beam" (beam search) or "sample"
             (ancestral sampling).
-        max_new_tokens: tokens generated after the prompt / decoder start token.
+        max_new_tokens: tokens generated after the prompt / decoder start token; None: as
+            many as reach the length the run was trained on (`xfmr.runs.inference`
+            fits it to the run before decoding).
         min_new_tokens: eos is blocked before this many new tokens.
         num_beams: beam width (beam only); < 1 is an error whatever the strategy.
         n_best: hypotheses returned per input, best first (beam: <= num_beams; sample: that many
@@ -43,7 +45,7 @@ class GenerationConfig:
     """
 
     strategy: str = "greedy"
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = 64
     min_new_tokens: int = 0
     num_beams: int = 5
     n_best: int = 1
@@ -60,9 +62,10 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("length_penalty_form", self.length_penalty_form, LENGTH_PENALTY_FORMS)
-        _check_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.max_new_tokens is not None:
+            _check_int("max_new_tokens", self.max_new_tokens, minimum=1)
         _check_int("min_new_tokens", self.min_new_tokens, minimum=0)
-        if self.min_new_tokens > self.max_new_tokens:
+        if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
             _fail("min_new_tokens", self.min_new_tokens, f"<= max_new_tokens={self.max_new_tokens}")
         _check_int("num_beams", self.num_beams, minimum=1)
         _check_int("n_best", self.n_best, minimum=1)

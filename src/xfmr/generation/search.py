@@ -46,8 +46,11 @@ def generate(
 
     Raises:
         ValueError: a row without real tokens, a prompt that would outgrow the positions, a
-            model of another kind, or an encoder-decoder without decoder_start_id.
+            model of another kind, an encoder-decoder without decoder_start_id, or no
+            `config.max_new_tokens` (a run's generation fits it: `xfmr.runs.inference`).
     """
+    if config.max_new_tokens is None:
+        raise ValueError("generation.max_new_tokens is not set: give the number of new tokens")
     prompt = _prompt(model, input_ids, attention_mask, pad_id)
     _check_positions(model, prompt, config.max_new_tokens, max_positions)
     search = beam_search if config.strategy == "beam" else greedy_or_sample

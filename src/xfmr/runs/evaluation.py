@@ -163,6 +163,10 @@ class PositionTotals:
         }
 
 
+def _moved(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 def _pad_to(values: torch.Tensor, length: int) -> torch.Tensor:
     return F.pad(values, (0, length - len(values)))
 
@@ -183,14 +187,14 @@ def evaluate_loss(
     terms = TermLoss(objective.loss_terms).to(run.device)
     examples = 0
     for batch in loader:
-        batch = {k: v.to(run.device) for k, v in batch.items()}
+        batch = _moved(batch, run.device)  # tensors; a QA batch's SpanSources stays as is
         loss, logits = objective.forward(run.model, batch)
         counts = objective.counts(batch)
         terms.update(loss_sums(objective.name, loss, counts), counts)
         examples += len(batch["labels"])
         if metrics is not None:
             on_host = tuple(t.cpu() for t in logits) if isinstance(logits, tuple) else logits.cpu()
-            objective.update_metrics(metrics, on_host, {k: v.cpu() for k, v in batch.items()})
+            objective.update_metrics(metrics, on_host, _moved(batch, torch.device("cpu")))
         if positions is not None:
             positions.add(logits, batch["labels"])
         if on_batch is not None:

@@ -5,6 +5,7 @@ encoder fills each [MASK] with its most likely token."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
@@ -144,6 +145,19 @@ def warn_past_training_length(
     )
 
 
+def fitted_new_tokens(run: LoadedRun, task: TextTask, rows: list[list[int]]) -> int:
+    """`generation.max_new_tokens=null`: as many new tokens as reach the length the model was
+    trained on after the longest input (a decoder) or the start token (an encoder-decoder),
+    and at least one (an input already that long gets the warning); 64, within the position
+    table, where the run names no length (an RNN, an MLM filling masks)."""
+    trained, _ = trained_length(run)
+    used = max(map(len, rows)) if task.kind == "continue" else 1
+    if trained is not None and task.kind != "fill_masks" and run.model_config.arch != "rnn":
+        return max(trained - used + 1, 1)
+    table = position_limit(run.model)
+    return 64 if table is None or task.kind == "fill_masks" else max(min(64, table - used + 1), 1)
+
+
 def trained_length(run: LoadedRun) -> tuple[int | None, str]:
     """The longest sequence the model was trained on, and the key that set it."""
     for key in ("block_size", "max_length"):
@@ -164,6 +178,8 @@ def generate_rows(
 ) -> list[list[Hypothesis]]:
     """Hypotheses for each row of ids, decoded `batch_size` rows at a time (rows of similar
     length together: batching does not change what `generate` returns for a row)."""
+    if config.max_new_tokens is None:
+        config = dataclasses.replace(config, max_new_tokens=fitted_new_tokens(run, task, rows))
     check_new_tokens(run, task, rows, config.max_new_tokens)
     warn_past_training_length(run, task, rows, config.max_new_tokens)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
