@@ -176,7 +176,8 @@ def models(page: Page, matching: Matching, by_arch: dict[str, list], refused: st
     )
     if refused:
         page.add(
-            f"`arch=rnn` alone is refused, in xfmr's words, hence {' and '.join(UNDONE)}:"
+            "`arch=rnn` alone on top of the experiment is refused, in xfmr's words (the first "
+            f"refusal), hence {' and '.join(f'`{o}`' for o in UNDONE)}:"
             f"\n\n{shown_block(refused)}"
         )
 

@@ -68,7 +68,7 @@ Do the six positional schemes learn equally well in a small character-level GPT,
 relative, rotary and ALiBi positions (and sinusoids, and no positions at all) carry past the
 length the model trained on, where learned positions cannot? Each scheme is set in
 `experiment=nanogpt_shakespeare_char`, nothing else changed (sinusoids are drawn at the token
-embeddings' scale, `model.sinusoid_scale`, so they do not drown the tokens)."""
+embeddings' starting scale, `model.init_std`, so they do not drown the tokens)."""
 
 
 def comparison(page: Page, runs: list[Any]) -> Any:
