@@ -40,9 +40,9 @@ CONF = config_dir()
 OWN_SECTIONS = ("throughput", "nonfinite", "finetune", "slurm")
 # Groups whose choices set keys under `model`: they are no section of their own.
 MODEL_GROUPS = ("pos", "arch", "size")
-# Names a file has, not a key (`model.safetensors`, `tokenizer.json`).
+# Names a file or a host has, not a key (`model.safetensors`, `tokenizer.json`, `data.deepai.org`).
 FILE_SUFFIXES = ("safetensors", "json", "yaml", "ckpt", "txt", "csv", "png", "py", "md", "tsv",
-                 "html", "ipynb", "log")  # fmt: skip
+                 "html", "ipynb", "log", "org", "com", "io", "net", "edu")  # fmt: skip
 # Choices a page defines itself, in a config folder of the reader's own.
 # Mistakes a page shows on purpose, beside the refusal xfmr gives (each must still be refused).
 SHOWN_MISTAKES = {
