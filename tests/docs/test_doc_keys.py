@@ -40,7 +40,7 @@ def test_every_key_and_choice_a_page_names_exists(path) -> None:
     assert not _problems(named, added), "\n".join(_problems(named, added))
 
 
-@pytest.mark.parametrize("command", XFMR_COMMANDS)
+@pytest.mark.parametrize("command", [*XFMR_COMMANDS, "xfmr-data"])
 def test_every_key_and_choice_a_help_text_names_exists(command: str) -> None:
     module = command.removeprefix("xfmr-")
     code = f"import sys; sys.argv = [{command!r}, '--help']; from xfmr.cli.{module} import main; main()"
