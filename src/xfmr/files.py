@@ -4,7 +4,10 @@ file, never half of one; a failed write leaves the previous file as it was, and 
 is a `DiskFull` error that names the file and says so.
 
 The temporary file sits in the target's own directory, so the rename never crosses filesystems
-(a rename across them is a copy, which a kill can interrupt).
+(a rename across them is a copy, which a kill can interrupt). What is renamed into place has the
+mode `open()` and `mkdir()` give under the process's umask, whatever the writer did: safetensors
+writes a file of its own (mode 0600, as `mkstemp` makes) and renames it over the path it is
+given.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import math
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,10 +40,12 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # Created with the usual permissions (mkstemp's are owner-only), which the rename keeps.
+    # Created as open() creates a file: 0o666 less the umask, the mode the rename keeps.
     os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    mode = _mode(temporary)
     try:
         yield temporary
+        _set_mode(temporary, mode)  # a writer that renamed its own file over it
         _fsync(temporary)
         os.replace(temporary, target)
     except BaseException as error:
@@ -61,11 +67,11 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    temporary.mkdir()
+    temporary.mkdir()  # 0o777 less the umask
+    folder_mode = _mode(temporary)
     try:
         yield temporary
-        for path in temporary.iterdir():
-            _fsync(path)
+        _settle(temporary, folder_mode)
         os.rename(temporary, target)
     except BaseException as error:
         full = _disk_full(error, target.parent)
@@ -74,6 +80,27 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
             raise DiskFull(disk_full_message(target)) from None
         raise
     _fsync_dir(target.parent)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _set_mode(path: Path, mode: int) -> None:
+    if _mode(path) != mode:
+        os.chmod(path, mode)
+
+
+def _settle(folder: Path, folder_mode: int) -> None:
+    """Every file under `folder` flushed to disk, and everything with the mode `mkdir()` and
+    `open()` give under the umask that gave `folder` its `folder_mode`: folders that mode,
+    files without its execute bits (0o755 and 0o644 under umask 0o022)."""
+    for parent, folders, files in os.walk(folder):
+        for name in folders:
+            _set_mode(Path(parent, name), folder_mode)
+        for name in files:
+            _set_mode(Path(parent, name), folder_mode & 0o666)
+            _fsync(Path(parent, name))
 
 
 def _disk_full(error: BaseException, directory: Path) -> bool:
