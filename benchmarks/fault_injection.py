@@ -86,8 +86,7 @@ def final_state(run_dir: Path) -> tuple[dict, dict, dict]:
     )
     results = read_results(run_dir)
     kept = {k: results[k] for k in ("status", "step", "history")}
-    # Every metric but the timings (tokens/s and mfu on the progress bar).
-    kept["metrics"] = {k: v for k, v in results["metrics"].items() if k not in ("tok/s", "mfu")}
+    kept["metrics"] = results["metrics"]  # the model's metrics (the timings are not among them)
     return checkpoint["state_dict"], checkpoint["optimizer_states"][0]["state"], kept
 
 

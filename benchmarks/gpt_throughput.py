@@ -43,6 +43,7 @@ from common.xfmr_runs import (
     train_config,
     xfmr_train,
 )
+from xfmr.training.run_summary import TRAIN_TOKENS_PER_S
 from xfmr.training.throughput import BF16_MATMUL_FLAGS, cpu_bf16_flags, cpu_model
 
 LOSS_STEPS = 10  # the loss column: mean training loss of the last steps
@@ -92,9 +93,9 @@ def run_xfmr(
     finished = xfmr_train(overrides, out / name, out / "cache")
     logged = logged_steps(finished.run_dir)
     step_ms = [
-        shape.tokens_per_step / values["tok/s"] * 1000.0
+        shape.tokens_per_step / values[TRAIN_TOKENS_PER_S] * 1000.0
         for index, values in enumerate(logged, start=1)
-        if "tok/s" in values and index > SETTLE_STEPS
+        if TRAIN_TOKENS_PER_S in values and index > SETTLE_STEPS
     ]
     losses = [values["train/loss"] for values in logged if "train/loss" in values]
     label = "compiled" if compile else "eager"

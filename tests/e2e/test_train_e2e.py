@@ -53,7 +53,7 @@ def test_single_run_writes_a_complete_run_directory(tmp_path: Path, corpus: Path
     first, last = history[0]["val/loss"], history[-1]["val/loss"]
     assert last < first, history
     assert last < math.log(vocab) - 0.2, (history, vocab)  # measured: 3.13, then 3.08 < 3.20
-    assert results["ms_per_step"] > 0 and results["tokens_per_s"] > 0
+    assert results["ms_per_step"] > 0 and results["train_tokens_per_s"] > 0
     assert results["tokens_per_step"] == 4 * 16
     assert results["precision"] == "32-true"  # trainer.precision=auto on a CPU
     assert "pos=sinusoidal" in results["overrides"]

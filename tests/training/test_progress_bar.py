@@ -6,15 +6,18 @@ would show 3 as its total and restart its count, the step bar shows max_steps th
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
+from statistics import median_high
 
 import pytest
 from omegaconf import OmegaConf
 
 from helpers.config import compose_config
 from xfmr.paths import config_dir
-from xfmr.training.progress_bars import StepProgressBar
+from xfmr.training.progress_bars import StepProgressBar, shown_figures
 from xfmr.training.run import run_training
+from xfmr.training.run_summary import TRAIN_MFU, TRAIN_TOKENS_PER_S
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -106,8 +109,49 @@ def test_the_bar_shows_loss_tokens_per_second_and_mfu_read_at_logging_steps(tmp_
     changed = [s for s in sorted(bar.figures) if bar.figures[s] != bar.figures.get(s - 1, {})]
     assert changed == [5, 10, 12]  # read at logging steps (and the last), not in between
     shown = bar.figures[12]
-    assert set(shown) == {"train/loss", "tok/s", "mfu"}, shown
+    assert set(shown) == {"train/loss", TRAIN_TOKENS_PER_S, TRAIN_MFU}, shown
     assert float(shown["train/loss"]) == pytest.approx(results["metrics"]["train/loss"], rel=1e-3)
-    assert shown["mfu"].endswith("%") and 0 < float(shown["mfu"][:-1]) < 100, shown
+    assert shown[TRAIN_MFU].endswith("%") and 0 < float(shown[TRAIN_MFU][:-1]) < 100, shown
     metrics = bar.get_metrics(bar._trainer, None)
-    assert {"train/loss", "tok/s", "mfu", "val/loss"} <= set(metrics), metrics
+    assert {"train/loss", TRAIN_TOKENS_PER_S, TRAIN_MFU, "val/loss"} <= set(metrics), metrics
+
+
+SPEEDS = {"train_tokens_per_s", "train_mfu", "wall_tokens_per_s", "wall_mfu"}
+
+
+def test_results_state_each_throughput_figure_once_as_the_bar_and_the_log_show_it(
+    tmp_path: Path,
+) -> None:
+    """Validating every second step, each at a logging step: every timed window (one step
+    each) is logged, so results.json's train figures are the median logged window's."""
+    results, bar = _train_with_bar(
+        tmp_path,
+        [
+            "trainer.max_steps=12",
+            "trainer.log_every_n_steps=2",
+            "callbacks.text_sample=null",
+            "logger=csv",
+        ],
+    )
+    named = {k for k in results if k.endswith("tokens_per_s") or k.endswith("mfu")}
+    assert named == SPEEDS, named
+    assert not [k for k in results["metrics"] if "tok" in k or "mfu" in k], results["metrics"]
+    with (tmp_path / "run" / "csv" / "metrics.csv").open(newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row.get(TRAIN_TOKENS_PER_S)]
+    assert [int(row["step"]) + 1 for row in rows] == [2, 4, 6, 8, 10, 12]
+    tokens_per_s = [float(row[TRAIN_TOKENS_PER_S]) for row in rows]
+    utilisation = [float(row[TRAIN_MFU]) for row in rows]
+    # ms_per_step is the median step's (the lower of two middle ones), so the higher tokens/s.
+    assert results["train_tokens_per_s"] == pytest.approx(median_high(tokens_per_s), abs=0.05)
+    assert results["train_mfu"] == pytest.approx(median_high(utilisation), abs=5e-6)
+    last = {TRAIN_TOKENS_PER_S: tokens_per_s[-1], TRAIN_MFU: utilisation[-1]}
+    assert {k: bar.figures[12][k] for k in last} == shown_figures(last)  # the bar's, at the end
+    # Over training's wall time: more than the seconds spent training (the history's, which
+    # leave out the six validations and their checkpoints), less than the whole run's.
+    tokens = results["step"] * results["tokens_per_step"]
+    training_seconds = results["history"][-1]["time_s"]
+    assert tokens / results["wall_time_s"] < results["wall_tokens_per_s"]
+    assert results["wall_tokens_per_s"] < tokens / training_seconds
+    per_token, peak = results["flops_per_token"], results["peak_flops"]
+    expected = results["wall_tokens_per_s"] * per_token / peak
+    assert results["wall_mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)

@@ -19,6 +19,7 @@ import torch
 
 from helpers.cli import run_cli
 from helpers.runs import CORPUS, RESUMABLE_STEPS, read_results, resumable
+from xfmr.training.run_summary import LOGGED_SPEEDS
 
 # Kills the training process at a chosen point: after the optimizer step of `step` ("train"),
 # in the middle of the validation that follows `step` ("validation"), or while the checkpoint
@@ -160,7 +161,7 @@ def _assert_same_run(resumed: Path, reference: Path) -> None:
 def _logged(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "csv" / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
-    return [{k: v for k, v in row.items() if k not in ("tok/s", "mfu") and v} for row in rows]
+    return [{k: v for k, v in row.items() if k not in LOGGED_SPEEDS and v} for row in rows]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Throughput accounting and the precisions a run can train in: the FLOPs-per-token estimate
 against a hand count and against FLOPs torch counts, the peak (given, a GPU's datasheet figure,
-a CPU's measured and cached one), mfu in results.json, bf16-mixed training on CPU, float16
+a CPU's measured and cached one), the throughput figures in results.json, bf16-mixed training on CPU, float16
 refused on a CPU, and a compiled run."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from xfmr.errors import UserError
 from xfmr.nn import ModelConfig, build_model
 from xfmr.training import throughput
 from xfmr.training.progress_bars import training_figures
-from xfmr.training.run_summary import RunSummary
+from xfmr.training.run_summary import TRAIN_MFU, TRAIN_TOKENS_PER_S, RunSummary
 from xfmr.training.throughput import (
     CPU_MATMUL,
     PEAK_CACHE_FILE,
@@ -376,11 +376,12 @@ def test_bf16_mixed_trains_on_cpu_with_a_fused_optimizer_and_reports_mfu(tmp_pat
     # mfu is tokens/s x FLOPs per token over the peak measured for this CPU in bf16.
     assert results["peak_flops"] > 0
     assert results["flops_per_token"] == round(_expected_flops_per_token(tmp_path / "run", 16))
-    expected_mfu = results["tokens_per_s"] * results["flops_per_token"] / results["peak_flops"]
-    assert results["mfu"] == pytest.approx(expected_mfu, rel=1e-3, abs=5e-6)  # rounded to 5 places
-    assert 0.0 < results["mfu"] < 1.0
-    assert {"train/loss", "tok/s", "mfu"} <= BarProbe.shown.keys()
-    assert BarProbe.shown["mfu"].endswith("%") and 0.0 < float(BarProbe.shown["mfu"][:-1]) < 100
+    expected = results["train_tokens_per_s"] * results["flops_per_token"] / results["peak_flops"]
+    assert results["train_mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)  # 5 places
+    assert 0.0 < results["train_mfu"] < 1.0 and 0.0 < results["wall_mfu"] < 1.0
+    assert {"train/loss", TRAIN_TOKENS_PER_S, TRAIN_MFU} <= BarProbe.shown.keys()
+    shown = BarProbe.shown[TRAIN_MFU]
+    assert shown.endswith("%") and 0.0 < float(shown[:-1]) < 100
 
 
 def test_a_configured_peak_is_the_mfu_denominator(tmp_path: Path) -> None:
@@ -389,8 +390,8 @@ def test_a_configured_peak_is_the_mfu_denominator(tmp_path: Path) -> None:
     )
     assert results["peak_flops"] == 5e11
     assert results["peak_flops_source"] == "throughput.peak_tflops"
-    expected = results["tokens_per_s"] * results["flops_per_token"] / 5e11
-    assert results["mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)  # rounded to 5 places
+    expected = results["train_tokens_per_s"] * results["flops_per_token"] / 5e11
+    assert results["train_mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)  # 5 places
     assert not (tmp_path / "cache" / PEAK_CACHE_FILE).exists()  # nothing measured
 
 
@@ -434,4 +435,4 @@ def test_a_compiled_run_trains(tmp_path: Path) -> None:
     names = {f"model.{name}" for name in build_model(config).state_dict()}
     assert names <= set(checkpoint["state_dict"])  # the eager model's own names
     assert not any("_orig_mod" in key for key in checkpoint["state_dict"])
-    assert results["peak_flops_source"].startswith("measured: ") and results["mfu"] > 0
+    assert results["peak_flops_source"].startswith("measured: ") and results["train_mfu"] > 0

@@ -127,8 +127,8 @@ def model_card(run: LoadedRun, family: Family, out: Path) -> str:
     results = _results(run.files.run_dir)
     config, model = run.config, run.model_config
     overrides = [o for o in results.get("overrides", []) if not o.startswith("hydra.")]
-    # The model's metrics (val/loss, val/acc, ...), not the machine's (tok/s, mfu).
-    metrics = {k: v for k, v in (results.get("metrics") or {}).items() if "/" in k and k != "tok/s"}
+    # The model's metrics (val/loss, val/acc, ...); the machine's speed is not in `metrics`.
+    metrics = {k: v for k, v in (results.get("metrics") or {}).items() if "/" in k}
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())) or "| - | - |"
     auto = family.auto_class
     pipeline = f"pipeline_tag: {family.pipeline}\n" if family.pipeline else ""

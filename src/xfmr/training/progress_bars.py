@@ -1,9 +1,10 @@
 """Progress bars that count a run's optimizer steps toward `trainer.max_steps`, their figures
-(loss, tokens/s, MFU) read at logging steps only."""
+(loss, the training steps' tokens/s and MFU) read at logging steps only."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -11,7 +12,12 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from xfmr.training.cadence import is_logging_step
-from xfmr.training.run_summary import RunSummary, validation_coverage
+from xfmr.training.run_summary import (
+    TRAIN_MFU,
+    TRAIN_TOKENS_PER_S,
+    RunSummary,
+    validation_coverage,
+)
 
 # Between logging steps the bar's step count redraws at most this often: a pace a person reads,
 # where a redraw every step costs the step loop more than its own bookkeeping.
@@ -20,16 +26,21 @@ REDRAW_SECONDS = 0.25
 
 def training_figures(trainer: L.Trainer) -> dict[str, str]:
     """What a progress bar shows of training, as the run's RunSummary read it at the last
-    logging step: the loss, tokens/s and MFU as a percentage."""
+    logging step and under the names the loggers have: the loss, and the training steps'
+    tokens/s and MFU (as a percentage) since the logging step before."""
     summary = next((c for c in trainer.callbacks if isinstance(c, RunSummary)), None)
-    figures = summary.shown if summary is not None else {}
+    return shown_figures(summary.shown if summary is not None else {})
+
+
+def shown_figures(figures: Mapping[str, float]) -> dict[str, str]:
+    """Logged figures as a progress bar shows them, under their logged names."""
     shown = {}
     if "train/loss" in figures:
         shown["train/loss"] = f"{figures['train/loss']:.4g}"
-    if "tok/s" in figures:
-        shown["tok/s"] = _thousands(figures["tok/s"])
-    if "mfu" in figures:
-        shown["mfu"] = f"{100 * figures['mfu']:.3g}%"  # 28.3%, and 0.131% for a tiny model
+    if TRAIN_TOKENS_PER_S in figures:
+        shown[TRAIN_TOKENS_PER_S] = _thousands(figures[TRAIN_TOKENS_PER_S])
+    if TRAIN_MFU in figures:
+        shown[TRAIN_MFU] = f"{100 * figures[TRAIN_MFU]:.3g}%"  # 28.3%; 0.131% for a tiny model
     return shown
 
 
@@ -69,7 +80,7 @@ class StepProgressBar(_Paced, RichProgressBar):
     they read (data with a budget, `data.val_batches`). Without `max_steps` (-1) the bar is
     Lightning's, per epoch.
 
-    The loss, tok/s and MFU beside it are read at logging steps only (`training_figures`);
+    The loss, tokens/s and MFU beside it are read at logging steps only (`training_figures`);
     in between, the step count moves and redraws at most every REDRAW_SECONDS. (Lightning's
     own bar reads its metrics back from the device at every redraw.)
     """

@@ -1,4 +1,4 @@
-"""What a run reports when fitting ends: results.json (its metrics, speed, mfu, history and how
+"""What a run reports when fitting ends: results.json (its metrics, throughput, history and how
 it ended), and for a run that did not complete, the exception that says why and how to go on."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from xfmr.run_dir.files import RESULTS_FILE
 from xfmr.training.fitting import Fitted
 from xfmr.training.interrupts import StopOnSignal
 from xfmr.training.module import XfmrModule
-from xfmr.training.run_summary import validation_coverage
+from xfmr.training.run_summary import LOGGED_SPEEDS, validation_coverage
 from xfmr.training.slurm import requeue
 
 
@@ -79,10 +79,15 @@ def summarize(
     resumed_from: str | None,
 ) -> dict[str, Any]:
     trainer, summary = fitted.trainer, fitted.summary
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    # The model's metrics; the logged throughput is the last logging window's, which the
+    # figures below state once for the whole run.
+    metrics = {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if v.numel() == 1 and k not in LOGGED_SPEEDS
+    }
     ms = summary.ms_per_step
-    tokens_per_s = summary.tokens_per_step / (ms / 1000.0) if ms else None
-    mfu = summary.mfu(tokens_per_s, trainer.world_size)
+    speeds = summary.speeds(trainer.world_size)
     return {
         "metrics": dict(sorted(metrics.items())),
         "best": summary.best,
@@ -90,14 +95,18 @@ def summarize(
         "wall_time_s": round(time.time() - started, 3),
         "ms_per_step": round(ms, 3) if ms else None,
         "tokens_per_step": summary.tokens_per_step,
-        "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
-        # Model FLOPs utilisation: tokens_per_s * flops_per_token / (peak_flops * world_size),
+        # train_*: at the median training step (ms_per_step); wall_*: over training's wall
+        # time, validation, checkpoints and logging included (RunSummary.speeds).
+        "train_tokens_per_s": _rounded(speeds["train_tokens_per_s"], 1),
+        "wall_tokens_per_s": _rounded(speeds["wall_tokens_per_s"], 1),
+        # Model FLOPs utilisation: tokens/s * FLOPs per token / (peak_flops * world_size),
         # null for an architecture without a FLOPs estimate (rnn); see xfmr.training.throughput.
         "flops_per_token": round(summary.flops_per_token) if summary.flops_per_token else None,
         "peak_flops": round(summary.peak_flops) if summary.peak_flops else None,
         # Where the peak came from: throughput.peak_tflops, a GPU's datasheet, or measured.
         "peak_flops_source": summary.peak.source if summary.peak else None,
-        "mfu": round(mfu, 5) if mfu is not None else None,
+        "train_mfu": _rounded(speeds["train_mfu"], 5),
+        "wall_mfu": _rounded(speeds["wall_mfu"], 5),
         "world_size": trainer.world_size,
         "num_nodes": trainer.num_nodes,
         "precision": str(trainer.precision),  # as trainer.precision=auto chose it
@@ -111,3 +120,7 @@ def summarize(
         # How much of the validation split each validation read (data.val_batches).
         "val_coverage": validation_coverage(trainer),
     }
+
+
+def _rounded(value: float | None, places: int) -> float | None:
+    return round(value, places) if value is not None else None

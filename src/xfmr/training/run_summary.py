@@ -1,5 +1,6 @@
 """The callback that measures a run's training steps and keeps what `results.json` reports of
-them: time per step, tokens/s, MFU, and the validations' history."""
+them: time per step, tokens/s and MFU (of the training steps, and over training's wall time),
+and the validations' history."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import lightning as L
 
 from xfmr.training.cadence import is_logging_step, log_at_step, synchronize
 from xfmr.training.throughput import Peak, TrainingFlops, mfu, resolve_peak
+
+# What the loggers and the progress bar get at each logging step: the training steps' tokens/s
+# and MFU since the previous one (docs/training.md, "Throughput", says what each figure counts).
+TRAIN_TOKENS_PER_S = "train/tokens_per_s"
+TRAIN_MFU = "train/mfu"
+LOGGED_SPEEDS = (TRAIN_TOKENS_PER_S, TRAIN_MFU)
 
 
 def validation_coverage(trainer: L.Trainer) -> dict[str, int] | None:
@@ -40,9 +47,14 @@ def _step_loss(pl_module: L.LightningModule, outputs: Any) -> Any:
     return outputs.get("loss") if isinstance(outputs, dict) else None
 
 
+def _added(total: float | None, more: float | None) -> float | None:
+    """A running count; None, once a part of it is not known, stays None."""
+    return None if total is None or more is None else total + more
+
+
 class RunSummary(L.Callback):
     """Times training steps (validation excluded), shows tokens/s and model FLOPs utilisation
-    (mfu), and tracks the best validation.
+    (mfu), times training as a whole, and tracks the best validation.
 
     A training batch is one optimizer step's window of micro-batches (`xfmr.data.order`): a
     step's tokens and FLOPs are those of all its micro-batches. Steps are timed in windows that
@@ -51,12 +63,15 @@ class RunSummary(L.Callback):
     work included, however far the host ran ahead of it. The first step after training starts
     or a validation ends opens a window rather than being timed (it pays for compiling, the
     loader's start, a validation's tail); a validation closes one. At each window's end, the
-    step's training loss (read back there), tok/s and mfu are logged (`log_at_step`) and kept
-    in `shown` for the progress bar.
+    step's training loss (read back there) and the window's `train/tokens_per_s` and
+    `train/mfu` are logged (`log_at_step`) and kept in `shown` for the progress bar.
+    results.json's `train_tokens_per_s` and `train_mfu` are the median step's (`speeds`), its
+    `wall_tokens_per_s` and `wall_mfu` those of the whole of training, from its start to its end,
+    validation, checkpoints and logging included.
 
     Each validation adds a `history` entry: the step, the seconds spent training (`time_s`),
     the training tokens so far over all processes (`tokens`, the positions of `input_ids`
-    that tok/s counts, padding included) and their training FLOPs (`flops`, at the FLOPs per
+    that tokens/s counts, padding included) and their training FLOPs (`flops`, at the FLOPs per
     token mfu uses, each batch at its own lengths), and the `val/` metrics. The counts are in
     the callback's state, so a resumed run goes on from its checkpoint's.
 
@@ -84,7 +99,7 @@ class RunSummary(L.Callback):
         self.windows: list[tuple[float, int]] = []  # (ms per step, steps) of each window
         self.tokens_per_step = 0  # of the last optimizer step, all its micro-batches
         self.flops_per_token: float | None = None
-        self.shown: dict[str, float] = {}  # the last window's tok/s and mfu, for the bar
+        self.shown: dict[str, float] = {}  # the last window's LOGGED_SPEEDS, for the bar
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self._flops: TrainingFlops | None = None
@@ -99,6 +114,12 @@ class RunSummary(L.Callback):
         self._segment_start: float | None = None
         self._tokens_seen: int | None = 0
         self._flops_seen: float | None = 0.0
+        # This fit's wall time (perf_counter at its start, seconds when it ended), tokens and
+        # FLOPs: a resumed run's figures are its own fit's.
+        self._fit_start: float | None = None
+        self._fit_seconds: float | None = None
+        self._fit_tokens = 0
+        self._fit_flops: float | None = 0.0
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx
@@ -126,16 +147,16 @@ class RunSummary(L.Callback):
     def _count(self, batch: Any, tokens: int) -> None:
         """Adds a (micro-)batch's tokens, as tokens/s counts them (every position of
         `input_ids`, padding included, on every process), and their training FLOPs at the
-        batch's lengths (`TrainingFlops.per_batch_token`: arithmetic on shapes)."""
-        if self._tokens_seen is not None:
-            self._tokens_seen += tokens
-        if self._flops is None or self._flops_seen is None:
-            self._flops_seen = None  # an architecture without an estimate (rnn)
-        else:
-            self._flops_seen += self._flops.per_batch_token(batch) * tokens
+        batch's lengths (`TrainingFlops.per_batch_token`: arithmetic on shapes; None for an
+        architecture without an estimate, rnn)."""
+        flops = self._flops.per_batch_token(batch) * tokens if self._flops is not None else None
+        self._tokens_seen = _added(self._tokens_seen, tokens)
+        self._flops_seen = _added(self._flops_seen, flops)
+        self._fit_tokens += tokens
+        self._fit_flops = _added(self._fit_flops, flops)
 
     def _close_window(self, pl_module: L.LightningModule) -> None:
-        """Wait for the device and time the window's steps: `shown` gets tok/s and mfu."""
+        """Wait for the device and time the window's steps: `shown` gets LOGGED_SPEEDS."""
         if self._window_start is None or not self._window_steps:
             return
         synchronize(pl_module.device)
@@ -143,10 +164,10 @@ class RunSummary(L.Callback):
         seconds = now - self._window_start
         self.windows.append((seconds * 1000.0 / self._window_steps, self._window_steps))
         tokens_per_s = self._window_tokens / seconds if seconds > 0 else None
-        self.shown = {"tok/s": tokens_per_s} if tokens_per_s else {}
+        self.shown = {TRAIN_TOKENS_PER_S: tokens_per_s} if tokens_per_s else {}
         utilisation = self.mfu(tokens_per_s, pl_module.trainer.world_size)
         if utilisation is not None:
-            self.shown["mfu"] = utilisation
+            self.shown[TRAIN_MFU] = utilisation
         self._window_start, self._window_steps, self._window_tokens = now, 0, 0
 
     @property
@@ -156,6 +177,25 @@ class RunSummary(L.Callback):
     def mfu(self, tokens_per_s: float | None, world_size: int) -> float | None:
         """Model FLOPs utilisation at `tokens_per_s` over all `world_size` devices."""
         return mfu(tokens_per_s, self.flops_per_token, self.peak_flops, world_size=world_size)
+
+    def speeds(self, world_size: int) -> dict[str, float | None]:
+        """results.json's throughput, each figure once: `train_tokens_per_s` and `train_mfu`
+        at the median training step (`ms_per_step`, validation excluded), `wall_tokens_per_s`
+        and `wall_mfu` over this fit's wall time (validation, checkpoints and logging
+        included), at the FLOPs per token its batches averaged."""
+        ms = self.ms_per_step
+        train = self.tokens_per_step / (ms / 1000.0) if ms else None
+        seconds = self._fit_seconds
+        if seconds is None and self._fit_start is not None:  # training did not reach its end
+            seconds = time.perf_counter() - self._fit_start
+        wall = self._fit_tokens / seconds if seconds and self._fit_tokens else None
+        per_token = self._fit_flops / self._fit_tokens if wall and self._fit_flops else None
+        return {
+            "train_tokens_per_s": train,
+            "train_mfu": self.mfu(train, world_size),
+            "wall_tokens_per_s": wall,
+            "wall_mfu": mfu(wall, per_token, self.peak_flops, world_size=world_size),
+        }
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._close_window(pl_module)
@@ -176,9 +216,14 @@ class RunSummary(L.Callback):
                 cache_dir=self.cache_dir,
             )
         self._segment_start = time.perf_counter()  # measuring the peak is no training
+        self._fit_start, self._fit_seconds = self._segment_start, None
+        self._fit_tokens, self._fit_flops = 0, 0.0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._close_window(pl_module)
+        synchronize(pl_module.device)
+        if self._fit_start is not None:
+            self._fit_seconds = time.perf_counter() - self._fit_start
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
