@@ -145,13 +145,13 @@ def weigh_parameters(runs: list[Run], ranking: Ranking) -> Importance | None:
 
 
 def show_importance(importance: Importance, metric: str, form: str) -> None:
-    from xfmr.runs.compare.formats import render
+    from xfmr.runs.compare.formats import render, wrapped
     from xfmr.runs.compare.importance import importance_table
 
     table = importance_table(importance, metric)
     print()
     if importance.reason:  # a sentence, not an empty table
-        print(f"**{table.title}**" if form == "markdown" else table.title)
+        print(f"**{table.title}**" if form == "markdown" else wrapped(table.title))
     else:
         render(table, form)
 

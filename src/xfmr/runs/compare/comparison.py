@@ -115,7 +115,8 @@ def read_at_point(table: Table, runs: Sequence[Run], ranking: Ranking) -> Table:
             + "; ".join(missing)
         )
     columns = [renamed.get(column, column) for column in table.columns]
-    return Table(table.title, columns, rows, (*table.notes, *notes))
+    ranked = tuple(renamed.get(column, column) for column in table.ranked)
+    return Table(table.title, columns, rows, (*table.notes, *notes), ranked, table.names)
 
 
 def choose_metric(runs: list[Run], requested: str | None) -> str:

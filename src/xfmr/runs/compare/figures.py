@@ -1,5 +1,6 @@
 """The metric's curves, from the validations each results.json keeps: one colour per setting,
-its mean over the setting's completed runs with a band of ± one std, each run faint beneath.
+named by the overrides that tell the settings apart (`pos=rotary`), its mean over the setting's
+completed runs with a band of ± one std, each run faint beneath.
 Against the step, or the training tokens, FLOPs or seconds at each validation (`points.AXES`).
 As data for any plot, and as a PNG (matplotlib, loaded only here)."""
 
@@ -7,13 +8,21 @@ from __future__ import annotations
 
 import colorsys
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from xfmr.runs.compare.points import AXIS_TITLES, history_points, interpolate, lacking_axis
 from xfmr.runs.compare.runs import AXES, Run
-from xfmr.runs.compare.table import COMPLETED, describe_setting, run_labels, setting, spread
+from xfmr.runs.compare.table import (
+    COMPLETED,
+    describe_setting,
+    differing_keys,
+    run_labels,
+    setting,
+    spread,
+)
 
 # matplotlib's tab10 (also plotly's D3): distinct to most eyes; more settings than this get
 # hues spaced evenly round the wheel instead, so no two settings ever share a colour.
@@ -64,17 +73,45 @@ def metric_curves(
     groups: dict[object, list[Run]] = {}
     for run in runs:
         groups.setdefault(run.path if keys is None else setting(run, keys), []).append(run)
+    names = group_names(groups, keys, labels)
     gathered = []
     for group, members in groups.items():
         pairs = [(run, run_curve(run, metric, labels[run.path], axis)) for run in members]
         pairs = [(run, curve) for run, curve in pairs if curve is not None]
         if pairs:
-            name = labels[group] if keys is None else describe_setting(keys, group)
-            gathered.append((name or "all runs", pairs))
+            gathered.append((names[group], pairs))
     return [
         _setting_curves(name, colour, pairs)
         for (name, pairs), colour in zip(gathered, colours(len(gathered)), strict=True)
     ]
+
+
+def group_names(
+    groups: Mapping[object, Sequence[Run]],
+    keys: Sequence[str] | None,
+    labels: Mapping[Path, str],
+) -> dict[object, str]:
+    """Each group's name in a legend: the overrides whose values differ between the groups
+    (`pos=rotary, optim.lr=3e-3`; with no grouping `keys`, each run a group, those that differ
+    between the runs, the seed too). A run that no override tells apart is named by its
+    directory as well; a single group of every run is "all runs"."""
+    if keys is None:
+        runs = [run for members in groups.values() for run in members]
+        keys = differing_keys(runs)
+        values = {group: setting(members[0], keys) for group, members in groups.items()}
+    else:
+        values = {group: group for group in groups}  # a group is its values of `keys`
+    telling = [i for i, _ in enumerate(keys) if len({v[i] for v in values.values()}) > 1]
+    names = {
+        group: describe_setting([keys[i] for i in telling], [v[i] for i in telling])
+        for group, v in values.items()
+    }
+    repeated = Counter(names.values())
+    for group, members in groups.items():
+        if len(members) == 1 and (repeated[names[group]] > 1 or not names[group]):
+            directory = labels[members[0].path]
+            names[group] = f"{names[group]} ({directory})" if names[group] else directory
+    return {group: name or "all runs" for group, name in names.items()}
 
 
 def run_curve(run: Run, metric: str, label: str, axis: str = "step") -> Curve | None:

@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from xfmr.errors import UserError
-from xfmr.runs.compare.baseline import Questions, against_baseline, footnote
+from xfmr.runs.compare.baseline import (
+    DELTA_COLUMNS,
+    EFFECT,
+    P_COLUMNS,
+    TEST,
+    Questions,
+    against_baseline,
+    footnote,
+    seeds_column,
+    verdict_column,
+)
 from xfmr.runs.compare.points import Point, value_at
 from xfmr.runs.compare.runs import SEED, Run, integer
 from xfmr.runs.compare.stats import MIN_RUNS, mean_interval
@@ -24,12 +34,16 @@ COMPLETED = "completed"
 
 @dataclass(frozen=True)
 class Table:
-    """Rows in display order, each a mapping over `columns`, and lines said below them."""
+    """Rows in display order, each a mapping over `columns`, and lines said below them;
+    `ranked`: the columns a narrow view shows first, most needed first (the others follow in
+    table order); `names`: the columns that name a row (its run, or its setting)."""
 
     title: str
     columns: list[str]
     rows: list[dict[str, Any]]
     notes: tuple[str, ...] = ()
+    ranked: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,7 +187,10 @@ def run_table(runs: Sequence[Run], ranking: Ranking) -> Table:
             }
         )
     columns = list(rows[0]) if rows else ["run"]
-    return Table(f"{len(runs)} runs: {ranking.describe()}", columns, rows)
+    # The run and its metric first: the overrides that differ may be more than fit.
+    ranked = ("run", f"final {metric}", "status", *keys, "note", f"best {metric}", "best step")
+    title = f"{len(runs)} runs: {ranking.describe()}"
+    return Table(title, columns, rows, ranked=ranked, names=("run",))
 
 
 def group_table(
@@ -214,7 +231,41 @@ def group_table(
     )
     if baseline is not None:
         title += "; " + footnote(describe_setting(keys, baseline), len(rows) - 1, questions)
-    return Table(title, list(ordered[0]), ordered)
+    ranked = _ranked_group_columns(keys, others, ranking.metric, questions)
+    names = tuple(keys) or ("group",)
+    return Table(title, list(ordered[0]), ordered, ranked=ranked, names=names)
+
+
+def _ranked_group_columns(
+    keys: Sequence[str], others: Sequence[str], metric: str, questions: Questions
+) -> tuple[str, ...]:
+    """A grouped table's columns, most needed first: the setting and its mean; its difference
+    to the baseline, whether it counts and what was asked besides; the spread, the runs that
+    did not complete and the note; then the intervals, the tests' workings and the best
+    values. Columns the table lacks (no baseline) are passed over."""
+    final = f"final {metric}"
+    asked = [] if questions.equivalence is None else [verdict_column(questions.equivalence)]
+    asked += [] if questions.detect is None else [seeds_column(questions.detect)]
+    return (
+        "group",
+        *keys,
+        "n",
+        f"{final} mean",
+        DELTA_COLUMNS[0],
+        *P_COLUMNS[1:],
+        *asked,
+        f"{final} std",
+        *others,
+        "note",
+        f"{final} {CI} low",
+        f"{final} {CI} high",
+        *DELTA_COLUMNS[1:],
+        TEST,
+        EFFECT,
+        P_COLUMNS[0],
+        f"best {metric} mean",
+        f"best {metric} std",
+    )
 
 
 CI = "95% CI (t)"
