@@ -297,5 +297,7 @@ def test_a_run_is_generated_from_evaluated_and_exported_with_its_defaults_and_no
         report = run.evaluate(out=run_dir.parent / "eval.json")
         assert math.isfinite(report["loss"])
         assert run.export(run_dir.parent / "model.safetensors").is_file()
-    said = [r.getMessage() for r in caplog.records if r.levelno >= 30] + [str(w.message) for w in caught]
+    said = [r.getMessage() for r in caplog.records if r.levelno >= 30] + [
+        str(w.message) for w in caught
+    ]
     assert not said, f"experiment={experiment} warned: {said}"
