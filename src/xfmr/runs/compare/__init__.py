@@ -8,6 +8,12 @@
     stats.py    the 95% t interval of a mean, Welch's difference and test, Holm's correction (scipy)
     scaling.py  loss against training compute: a power law fitted in log-log with the intervals
                 of its exponent, and the difference of two laws' exponents (scipy)
+    laws.py     L = E + A * C^(-b) with an irreducible loss E, by nonlinear least squares (scipy)
+    replicates.py  laws fitted to per-setting means, the lack-of-fit F test, exponents refused
+                where the law does not fit
+    multiplicity.py  a page's p-values corrected together (Bonferroni, Holm, Benjamini-Hochberg)
+                and the level of simultaneous intervals
+    verdicts.py "different", "equivalent within ±margin" or "inconclusive (neither)" by TOST
     importance.py  which swept parameters mattered: fANOVA and PED-ANOVA (Optuna's evaluators)
     formats.py  a table printed as rich, csv, json or markdown
     figures.py  the metric's curves, a colour per setting (mean, band, runs faint), as data and

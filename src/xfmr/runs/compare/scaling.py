@@ -8,7 +8,8 @@ laws fall at different rates.
 
 Kaplan et al. 2020 ("Scaling Laws for Neural Language Models") fit L(C) = (C_c / C)^alpha_C this
 way. The fit has no irreducible term: over a narrow range of compute a pure power law is what
-the data can pin down. scipy loads on the first call, as in `stats`.
+the data can pin down; `laws.fit_power_law` adds one, and `replicates` fits the per-setting
+means and tests the law's lack of fit. scipy loads on the first call, as in `stats`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class PowerLaw:
 
 
 def power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
-    """Least squares of log L on log C (natural logs): log L = log a - b log C.
+    """Least squares of log L on log C (natural logs): log L = log a - b log C, so the
+    residuals are in log L. Every run is a point: seeds at one compute value count as
+    independent, which `replicates.power_law_on_means` does not assume.
 
     Raises:
         ValueError: fewer than MIN_POINTS points, lengths that differ, a value that is not
@@ -89,20 +92,42 @@ def power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
     )
 
 
-def exponent_difference(fit: PowerLaw, other: PowerLaw) -> Difference:
-    """fit.b - other.b, its 95% interval and two-sided p-value: the t statistic of two
-    independent slopes, with the Welch-Satterthwaite degrees of freedom (as `stats.welch` takes
-    for two means). Positive: `fit`'s loss falls faster with compute."""
+def exponent_difference(
+    fit: PowerLaw, other: PowerLaw, *, confidence: float = CONFIDENCE
+) -> Difference:
+    """fit.b - other.b, its 95% interval (at `confidence`) and two-sided p-value: the t
+    statistic of two independent slopes, with the Welch-Satterthwaite degrees of freedom (as
+    `stats.welch` takes for two means). Positive: `fit`'s loss falls faster with compute.
+    Each fit counts every run as a point; `replicates.means_exponent_difference` is the same
+    on fits to the per-setting means."""
+    return slope_difference(
+        (fit.b, fit.b_stderr, fit.df), (other.b, other.b_stderr, other.df), confidence=confidence
+    )
+
+
+def slope_difference(
+    slope: tuple[float, float, float],
+    other: tuple[float, float, float],
+    *,
+    confidence: float = CONFIDENCE,
+) -> Difference:
+    """The difference of two independent estimates, each (value, standard error, df): delta =
+    b1 - b2, se = sqrt(se1² + se2²), and t = delta / se on the Welch-Satterthwaite df
+    (se1² + se2²)² / (se1⁴ / df1 + se2⁴ / df2) (Satterthwaite 1946), with its interval at
+    `confidence` and two-sided p-value."""
     from scipy import stats
 
-    delta = fit.b - other.b
-    var, other_var = fit.b_stderr**2, other.b_stderr**2
-    stderr = math.sqrt(var + other_var)
-    if stderr == 0:  # two exact laws: no spread to test against
-        return Difference(delta, delta, delta, math.nan, effect_size=math.nan, spread=math.nan)
-    df = (var + other_var) ** 2 / (var**2 / fit.df + other_var**2 / other.df)
-    t = float(stats.t.ppf((1 + CONFIDENCE) / 2, df))
-    p_value = float(2 * stats.t.sf(abs(delta) / stderr, df))
+    (value, stderr, df), (other_value, other_stderr, other_df) = slope, other
+    delta = value - other_value
+    var, other_var = stderr**2, other_stderr**2
+    combined = math.sqrt(var + other_var)
+    if combined == 0:  # two exact laws: no spread to test against
+        return Difference(delta, delta, delta, math.nan, effect_size=math.nan, spread=math.nan,
+                          stderr=0.0)  # fmt: skip
+    df = (var + other_var) ** 2 / (var**2 / df + other_var**2 / other_df)
+    t = float(stats.t.ppf((1 + confidence) / 2, df))
+    p_value = float(2 * stats.t.sf(abs(delta) / combined, df))
     # No effect size: the exponents' difference is already on the scale it is read on.
-    return Difference(delta=delta, low=delta - t * stderr, high=delta + t * stderr,
-                      p_value=p_value, effect_size=math.nan, spread=stderr)  # fmt: skip
+    return Difference(delta=delta, low=delta - t * combined, high=delta + t * combined,
+                      p_value=p_value, effect_size=math.nan, spread=combined, stderr=combined,
+                      df=df)  # fmt: skip

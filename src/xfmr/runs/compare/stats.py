@@ -40,6 +40,9 @@ class Difference:
             differences) for paired.
         spread: the sd the effect size divides by, which `seeds_needed` plans with.
         pairs: the number of seeds both settings share when paired; None for Welch.
+        stderr: the standard error of delta, and df: the degrees of freedom of its t (Welch-
+            Satterthwaite for Welch, n - 1 paired), from which `verdicts.tost` tests
+            equivalence; NaN where unknown.
     """
 
     delta: float
@@ -49,34 +52,41 @@ class Difference:
     effect_size: float
     spread: float
     pairs: int | None = None
+    stderr: float = math.nan
+    df: float = math.nan
 
     @property
     def test(self) -> str:
         return "Welch" if self.pairs is None else f"paired (n={self.pairs})"
 
 
-def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
-    """The 95% interval of the mean: mean ± t_{0.975, n-1} * s / sqrt(n); None below two."""
+def mean_interval(
+    values: Sequence[float], *, confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
+    """The 95% interval of the mean: mean ± t_{0.975, n-1} * s / sqrt(n); None below two.
+    `confidence` other than 0.95 (a page's simultaneous level) changes the t quantile."""
     if len(values) < MIN_RUNS:
         return None
     from scipy import stats
 
     low, high = stats.t.interval(
-        CONFIDENCE, len(values) - 1, loc=_mean(values), scale=stats.sem(values)
+        confidence, len(values) - 1, loc=_mean(values), scale=stats.sem(values)
     )
     return float(low), float(high)
 
 
-def welch(values: Sequence[float], baseline: Sequence[float]) -> Difference | None:
-    """mean(values) - mean(baseline), its 95% interval and p-value under Welch's t-test (Welch
-    1947), and Cohen's d with the pooled sd (Cohen 1988, ch. 2); None when either side
-    has fewer than two values."""
+def welch(
+    values: Sequence[float], baseline: Sequence[float], *, confidence: float = CONFIDENCE
+) -> Difference | None:
+    """mean(values) - mean(baseline), its 95% interval (at `confidence`) and p-value under
+    Welch's t-test (Welch 1947), and Cohen's d with the pooled sd (Cohen 1988, ch. 2); None
+    when either side has fewer than two values."""
     if len(values) < MIN_RUNS or len(baseline) < MIN_RUNS:
         return None
     from scipy import stats
 
     test = stats.ttest_ind(values, baseline, equal_var=False)
-    interval = test.confidence_interval(CONFIDENCE)  # Welch-Satterthwaite df, as the test's
+    interval = test.confidence_interval(confidence)  # Welch-Satterthwaite df, as the test's
     delta = _mean(values) - _mean(baseline)
     pooled = math.sqrt(
         ((len(values) - 1) * _variance(values) + (len(baseline) - 1) * _variance(baseline))
@@ -89,12 +99,16 @@ def welch(values: Sequence[float], baseline: Sequence[float]) -> Difference | No
         p_value=float(test.pvalue),
         effect_size=_ratio(delta, pooled),
         spread=pooled,
+        stderr=math.sqrt(_variance(values) / len(values) + _variance(baseline) / len(baseline)),
+        df=float(test.df),
     )
 
 
-def paired(values: Sequence[float], baseline: Sequence[float]) -> Difference | None:
+def paired(
+    values: Sequence[float], baseline: Sequence[float], *, confidence: float = CONFIDENCE
+) -> Difference | None:
     """The mean of values[i] - baseline[i] (the i-th of each from the same seed), its 95% t
-    interval and the paired t-test's p-value (Student's t on the differences, n - 1 df), and
+    interval (at `confidence`) and the paired t-test's p-value (Student's t on the differences, n - 1 df), and
     d_z = mean / sd of the differences (Cohen 1988, ch. 2.3); None below two pairs."""
     assert len(values) == len(baseline), "paired values come in pairs"
     if len(values) < MIN_RUNS:
@@ -102,7 +116,7 @@ def paired(values: Sequence[float], baseline: Sequence[float]) -> Difference | N
     from scipy import stats
 
     test = stats.ttest_rel(values, baseline)
-    interval = test.confidence_interval(CONFIDENCE)
+    interval = test.confidence_interval(confidence)
     differences = [value - base for value, base in zip(values, baseline, strict=True)]
     delta, spread = _mean(differences), math.sqrt(_variance(differences))
     return Difference(
@@ -113,6 +127,8 @@ def paired(values: Sequence[float], baseline: Sequence[float]) -> Difference | N
         effect_size=_ratio(delta, spread),
         spread=spread,
         pairs=len(values),
+        stderr=spread / math.sqrt(len(values)),
+        df=len(values) - 1.0,
     )
 
 
