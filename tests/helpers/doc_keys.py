@@ -47,9 +47,9 @@ FILE_SUFFIXES = ("safetensors", "json", "yaml", "ckpt", "txt", "csv", "png", "py
 # Mistakes a page shows on purpose, beside the refusal xfmr gives (each must still be refused).
 SHOWN_MISTAKES = {
     "trainer.max_step": ("docs/config.md", "docs/reliability.md"),
-    "optim.lrr": ("docs/config.md",),
+    "optim.lrr": ("docs/config.md", "docs/troubleshooting.md"),
     "model.d_modle": ("docs/reliability.md",),
-    "pos=rotry": ("docs/reliability.md",),
+    "pos=rotry": ("docs/reliability.md", "docs/troubleshooting.md"),
     "pos=rotaryy": ("docs/benchmarks.md",),
     "pos.rotary_base": ("docs/architectures.md",),  # the spelling from before positions moved
 }
