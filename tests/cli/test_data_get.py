@@ -415,3 +415,20 @@ def test_the_sources_formats_read_with_the_experiments_settings(tmp_path):
         (["EU", "rejects"], ["B-ORG", "O"]),
         (["Peter"], ["B-PER"]),
     ]
+
+
+def test_a_missing_data_file_names_the_command_that_fetches_it(tmp_path: Path) -> None:
+    from xfmr.data.sources import fetch_hint
+
+    data = tmp_path / "data"
+    assert fetch_hint(data / "multi30k" / "train.de") == (
+        f"; `xfmr-data get multi30k --data-dir {data}` fetches it there"
+    )
+    assert fetch_hint("sst2/dev.tsv") == "; `xfmr-data get sst2 --data-dir .` fetches it there"
+    assert fetch_hint(tmp_path / "mine.txt") == ""
+    from helpers.config import compose_config
+    from xfmr.errors import UserError
+
+    overrides = ["experiment=transformer_multi30k", "data=parallel", f"paths.data_dir={data}"]
+    with pytest.raises(UserError, match=r"does not exist; `xfmr-data get multi30k --data-dir "):
+        compose_config(tmp_path, overrides)

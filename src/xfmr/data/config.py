@@ -22,6 +22,7 @@ from xfmr.data.settings import (
     check_squad_windows,
     parallel_files,
 )
+from xfmr.data.sources import fetch_hint
 from xfmr.declared import declared
 from xfmr.errors import UserError
 from xfmr.ranges import FRACTION_OPEN, SEED, STEPS, WORKERS, NumberTable, check_numbers
@@ -113,7 +114,7 @@ class DataConfig(TargetSection):
             if path is None and key in self.settings:
                 raise UserError(f"data.{key} is not set: give the file")
             if path is not None and not Path(path).is_file():
-                raise UserError(f"data.{key}={str(path)!r} does not exist")
+                raise UserError(f"data.{key}={str(path)!r} does not exist{fetch_hint(path)}")
             if path is not None:
                 check_text_head(Path(path), key=f"data.{key}")
 

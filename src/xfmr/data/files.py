@@ -6,6 +6,7 @@ import codecs
 from collections.abc import Sequence
 from pathlib import Path
 
+from xfmr.data.sources import fetch_hint
 from xfmr.errors import UserError
 
 
@@ -25,7 +26,8 @@ def text_files(path: str | Sequence[str] | None, *, key: str = "data.path") -> l
             files.append(p)
         else:
             raise UserError(
-                f"{key}={str(p)!r} does not exist: give a text file or a directory of .txt files"
+                f"{key}={str(p)!r} does not exist: give a text file or a directory of .txt "
+                f"files{fetch_hint(p)}"
             )
     for f in files:
         if f.stat().st_size == 0:

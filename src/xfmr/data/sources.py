@@ -261,6 +261,19 @@ DATA_SETS: tuple[DataSet, ...] = (
 )
 
 
+def fetch_hint(path: str | Path, data_sets: Sequence[DataSet] = DATA_SETS) -> str:
+    """For a missing file that is one of a data set's (`.../multi30k/train.de`), the command
+    that fetches it there, as a clause to add to the message; else ""."""
+    path = Path(path)
+    for data_set in data_sets:
+        for file in data_set.files:
+            parts = Path(file.path).parts
+            if path.parts[-len(parts) :] == parts:
+                data_dir = Path(*path.parts[: -len(parts)]) if len(path.parts) > len(parts) else "."
+                return f"; `xfmr-data get {data_set.name} --data-dir {data_dir}` fetches it there"
+    return ""
+
+
 def by_name(data_sets: Iterable[DataSet]) -> dict[str, DataSet]:
     return {d.name: d for d in data_sets}
 
