@@ -73,7 +73,8 @@ def test_a_refused_value_names_the_file_that_set_it_unless_it_was_typed(here: Pa
     with pytest.raises(UserError) as missing:  # its data is under paths.data_dir, not here
         xfmr.compose("experiment=nanogpt_shakespeare_char")
     assert str(missing.value).endswith(
-        "does not exist: give a text file or a directory of .txt files "
+        f"does not exist: give a text file or a directory of .txt files; `xfmr-data get "
+        f"tinyshakespeare --data-dir {here / 'data'}` fetches it there "
         "(data.path was set by experiment=nanogpt_shakespeare_char)"
     )
 
