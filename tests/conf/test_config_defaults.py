@@ -46,6 +46,10 @@ _WARMUP = "warmup_ratio decides the warm-up; warmup_steps=null hands it over (ra
 _VOCAB = "a trained vocabulary's size is required for this kind; the default (None) is char's"
 # (group file, key) -> why the file's value differs from its target's default.
 DELIBERATE = {
+    ("generation/greedy.yaml", "max_new_tokens"): (
+        "null: the commands fit it to the length the run trained on; GenerationConfig, used "
+        "directly with a model, needs a number"
+    ),
     ("callbacks/default.yaml", "model_checkpoint.filename"): "best.ckpt (xfmr.run_dir.files)",
     ("callbacks/default.yaml", "model_checkpoint.monitor"): "the best checkpoint by val/loss",
     ("callbacks/default.yaml", "model_checkpoint.save_last"): "resuming needs last.ckpt",
