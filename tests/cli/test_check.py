@@ -48,6 +48,7 @@ def test_check_prints_the_config_it_would_train_with_and_trains_nothing(
         (["ckpt_path=/nonexistent.ckpt"], "ckpt_path='/nonexistent.ckpt' does not exist"),
         (["trainer.max_step=5"], "trainer.max_step is not a trainer key: did you mean trainer.max_steps"),
         (["--check", "-m", "optim.lr=1,2"], "--check checks one run"),
+        (["pos=learned,rotary"], "'pos=learned,rotary' gives several values, a sweep: add -m"),
         (["--check", "+callbacks.bar._target_=xfmr.training.callbacks.StepProgressBar"], "callbacks.bar._target_=xfmr.training.callbacks.StepProgressBar: no such class or function; it is xfmr.training.progress_bars.StepProgressBar"),
     ],
 )  # fmt: skip

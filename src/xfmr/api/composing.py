@@ -100,13 +100,19 @@ def _check_grammar(arguments: list[str]) -> None:
     parser = OverridesParser.create()
     for argument in arguments:
         try:
-            parser.parse_override(argument)
+            override = parser.parse_override(argument)
         except HydraException as e:
             said = " ".join(str(e).split("See https://")[0].split())
             raise UserError(
                 f"could not read {argument!r} ({said}): quote a value that holds brackets, "
                 "commas or spaces, e.g. 'data.path=\"a, b.txt\"'"
             ) from None
+        if override.is_sweep_override():  # Hydra says only "Ambiguous value for argument"
+            raise UserError(
+                f"{argument!r} gives several values, a sweep: add -m to run one job for each "
+                "(xfmr-train -m ...), or give one value; a list value goes in brackets, quoted "
+                "('optim.betas=[0.9,0.95]')"
+            )
 
 
 def _strings(overrides: Sequence[Any]) -> list[str]:
