@@ -5,17 +5,14 @@ per-seed tables."""
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
-from helpers import ROOT
-from helpers.experiment_scripts import is_png, run_quick, tables
+from helpers.experiment_scripts import benchmark_script, is_png, run_quick, tables
 
 # xfmr-attention's labels for "ab cd efg\nhi": ␣ a space, \n a newline
 LABELS = ["a", "b", "␣", "c", "d", "␣", "e", "f", "g", "\\n", "h", "i"]
@@ -23,11 +20,7 @@ LABELS = ["a", "b", "␣", "c", "d", "␣", "e", "f", "g", "\\n", "h", "i"]
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("experiment_attention")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    return benchmark_script("experiment_attention")
 
 
 def _measured(script: ModuleType, weights: torch.Tensor) -> dict[str, float]:

@@ -5,18 +5,15 @@ second call that reuses the finished runs."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from helpers import ROOT
-from helpers.experiment_scripts import is_png, run_quick, tables
+from helpers.experiment_scripts import benchmark_script, is_png, run_quick, tables
 
 SCHEMES = {"learned", "sinusoidal", "relative", "rotary", "alibi", "none"}
 VERDICTS = re.compile(r"different|different, but within ±0\.05|equivalent within ±0\.05|"
@@ -25,11 +22,7 @@ VERDICTS = re.compile(r"different|different, but within ±0\.05|equivalent withi
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("experiment_positions")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    return benchmark_script("experiment_positions")
 
 
 def test_carrying_is_measured_against_late_positions_not_the_first(script: ModuleType) -> None:

@@ -3,6 +3,7 @@ test writes, with runs, page and caches under the test's own directory."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import re
@@ -54,3 +55,13 @@ def tables(page: str, first_header: str) -> list[list[list[str]]]:
 
 def is_png(path: Path) -> bool:
     return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def benchmark_script(name: str):
+    """A script of benchmarks/ (`experiment_positions`) imported as a module, for a test that
+    calls its functions; benchmarks/ is on sys.path only while it imports."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
