@@ -38,6 +38,9 @@ NAMES = {"self": "self", "previous": "previous token", "first": "first token",
          "word_start": "word start", "same_char": "same character"}  # fmt: skip
 REACHES = ("local", "mid-range", "broad")
 BASELINES = ("even attention", "previous token only")  # rows measured as a head is
+TESTS = ("t intervals over held-out windows of each head's lift over even attention (word start: "
+         "over its own attention by distance), Bonferroni-simultaneous over every seed, head and "
+         "measure; each block's mean as a 95% t interval over seeds.")  # fmt: skip
 
 
 def main() -> None:
@@ -58,7 +61,7 @@ def main() -> None:
     heads = len(scores[1].names) - len(BASELINES)
     tests = len(runs) * heads * len(WEIGHTS)
     level = simultaneous_confidence(tests)
-    page = Page(args, "attention", "What the heads attend to", QUESTION)
+    page = Page(args, "attention", "What the heads attend to", QUESTION, tests=TESTS)
     page.add("## Scope", scope(runs, block, tests))
     page.figure(_grid(first.attention(windows[0])), "heads", "seed 1: each head's attention "
                 f"over the first of the {WINDOWS} windows ({block} characters), a panel per "
@@ -412,15 +415,9 @@ def _short(layer: str) -> str:
 
 
 def _grid(maps: list[Any]) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     layers = sorted({m.layer for m in maps}, key=[m.layer for m in maps].index)
     heads = max(m.head for m in maps) + 1
-    figure, axes = plt.subplots(len(layers), heads, figsize=(2.2 * heads, 2.2 * len(layers)),
-                                squeeze=False, layout="constrained")  # fmt: skip
+    figure, axes = plot_axes(len(layers), heads, figsize=(2.2 * heads, 2.2 * len(layers)))
     for m in maps:
         ax = axes[layers.index(m.layer)][m.head]
         ax.imshow(m.weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
@@ -441,7 +438,7 @@ def _lift_figure(by_seed: dict[int, Scores], level: float) -> Any:
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set_xticks(range(heads), [n.replace("block ", "b").replace(" head ", "h")
                                  for n in by_seed[1].names[:heads]], fontsize=7)  # fmt: skip
-    ax.set(xlabel="head", ylabel="word start - by distance")
+    ax.set(xlabel="head", ylabel="word start - by distance (attention weight)")
     ax.legend(fontsize=8)
     return figure
 

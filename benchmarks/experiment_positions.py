@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from common.family import Family, paired_at
 from common.pages import (
     Page,
     arguments,
@@ -31,9 +32,7 @@ from common.pages import (
     shown_block,
     trained,
 )
-from xfmr.runs.compare.multiplicity import correct_p_values, simultaneous_confidence
-from xfmr.runs.compare.stats import Difference, mean_interval, paired
-from xfmr.runs.compare.verdicts import tost, verdict
+from xfmr.runs.compare.stats import mean_interval
 
 SCHEMES = ("learned", "sinusoidal", "relative", "rotary", "alibi", "none")
 BASELINE = "learned"
@@ -45,6 +44,11 @@ LATE = 0.75  # the late in-window positions: from this fraction of the trained b
 # size; a difference shown to lie within it counts as none, for loss and for carrying past
 # the trained length alike.
 MARGIN = 0.05
+TESTS = (
+    "paired t-tests by seed of each scheme against learned positions (final loss and late "
+    "in-window loss), each with a TOST for equivalence within ±0.05 nats; all 20 p-values "
+    "Bonferroni-corrected together, intervals at the matching simultaneous level."
+)
 
 
 def main() -> None:
@@ -75,7 +79,7 @@ def main() -> None:
               for pos in SCHEMES}  # fmt: skip
     carried = {pos: carry(by_length, pos, block) for pos in SCHEMES}
     tests = tested(finals, carried)
-    page = Page(args, "positions", "Positional schemes: learning and length", QUESTION)
+    page = Page(args, "positions", "Positional schemes: learning and length", QUESTION, tests=TESTS)
     page.add("## Scope", scope(runs, block, tests))
     validation(page, runs, finals, tests)
     lengths(page, by_length, carried, tests, block)
@@ -91,37 +95,7 @@ length the model trained on, where learned positions cannot? Each scheme is set 
 embeddings' starting scale, `model.init_std`, so they do not drown the tokens)."""
 
 
-class Tested:
-    """Every difference the page tests, keyed ("loss" | "carry", pos): each paired over seeds,
-    its interval at the simultaneous level, and its Bonferroni-corrected p-values (the
-    difference's and TOST's against ±MARGIN, all corrected as one family) and verdict."""
-
-    def __init__(self, samples: dict[tuple[str, str], tuple[list[float], list[float]]]) -> None:
-        plain = {key: paired(*pair) for key, pair in samples.items()}
-        self.keys = [key for key, found in plain.items() if found is not None]
-        raw = [plain[k].p_value for k in self.keys] + [tost(plain[k], MARGIN) for k in self.keys]
-        self.count = sum(1 for p in raw if not math.isnan(p))
-        self.level = simultaneous_confidence(max(self.count, 1))
-        corrected = correct_p_values(raw, method="bonferroni")
-        self.differences: dict[tuple[str, str], Difference] = {}
-        self.p, self.p_equivalent, self.verdicts = {}, {}, {}
-        for i, key in enumerate(self.keys):
-            found = paired(*samples[key], confidence=self.level)
-            assert found is not None, "a difference that ran at 95% runs at any level"
-            self.differences[key] = found
-            self.p[key], self.p_equivalent[key] = corrected[i], corrected[len(self.keys) + i]
-            self.verdicts[key] = verdict(self.p[key], self.p_equivalent[key], MARGIN)
-
-    def cells(self, key: tuple[str, str]) -> list[str]:
-        """Δ [simultaneous interval], test, p, p equivalent, verdict; dashes when untested."""
-        if key not in self.differences:
-            return ["-"] * 5
-        d = self.differences[key]
-        return [f"{d.delta:+.3f} [{d.low:+.3f}, {d.high:+.3f}]", d.test, _p(self.p[key]),
-                _p(self.p_equivalent[key]), self.verdicts[key]]  # fmt: skip
-
-
-def tested(finals: dict[str, dict[int, float]], carried: dict[str, dict]) -> Tested:
+def tested(finals: dict[str, dict[int, float]], carried: dict[str, dict]) -> Family:
     """The page's tests: each scheme's final val/loss against learned's on the seeds both ran,
     and each scheme's loss past the trained length against its late in-window loss."""
     samples = {}
@@ -134,10 +108,10 @@ def tested(finals: dict[str, dict[int, float]], carried: dict[str, dict]) -> Tes
             seeds = sorted(carried[pos])
             samples[("carry", pos)] = ([carried[pos][s][1] for s in seeds],
                                        [carried[pos][s][0] for s in seeds])  # fmt: skip
-    return Tested(samples)
+    return Family({key: paired_at(*pair) for key, pair in samples.items()}, MARGIN)
 
 
-def scope(runs: dict[tuple[str, int], Any], block: int, tests: Tested) -> str:
+def scope(runs: dict[tuple[str, int], Any], block: int, tests: Family) -> str:
     run = next(iter(runs.values()))
     data = run.config.data
     seeds = sorted({seed for _, seed in runs})
@@ -171,7 +145,7 @@ def scope(runs: dict[tuple[str, int], Any], block: int, tests: Tested) -> str:
     )
 
 
-def validation(page: Page, runs: dict, finals: dict, tests: Tested) -> None:
+def validation(page: Page, runs: dict, finals: dict, tests: Family) -> None:
     """The final validation loss per scheme and its paired difference to learned positions."""
     from xfmr.runs.compare.figures import metric_curves, save_curves_png
     from xfmr.runs.compare.runs import find_runs
@@ -197,10 +171,10 @@ def validation(page: Page, runs: dict, finals: dict, tests: Tested) -> None:
     path = page.figures / "curves.png"
     save_curves_png(metric_curves(find_runs([run.path for run in runs.values()]), "val/loss",
                                   ["pos"]), "val/loss", path)  # fmt: skip
-    page.add(
-        f"![validation loss per scheme]({page.figures.name}/{path.name})\n\n"
-        "*validation loss per scheme: mean over seeds (dots), band ± 1 std over seeds, each run "
-        "a faint line (mostly within the band)*"
+    page.drawn(
+        path,
+        "validation loss (nats) against training step, per scheme: mean over seeds "
+        "(dots), band ± 1 std over seeds, each run a faint line (mostly within the band)",
     )
 
 
@@ -263,7 +237,7 @@ def _span(rows: list[tuple[float, int]], start: int, stop: int | None) -> float:
     return sum(loss * n for loss, n in chosen) / sum(n for _, n in chosen)
 
 
-def lengths(page: Page, by_length: dict, carried: dict, tests: Tested, block: int) -> None:
+def lengths(page: Page, by_length: dict, carried: dict, tests: Family, block: int) -> None:
     """The losses at each length, the late-versus-past test and the loss-by-position plot."""
     late = int(block * LATE)
     header = ["pos", *(f"{block * t} ({t}x)" for t in LENGTHS), f"4x: positions 0-{late - 1}",
@@ -302,7 +276,7 @@ def lengths(page: Page, by_length: dict, carried: dict, tests: Tested, block: in
                 "cannot run past it and are not drawn")  # fmt: skip
 
 
-def carry_table(page: Page, carried: dict, tests: Tested, block: int) -> None:
+def carry_table(page: Page, carried: dict, tests: Family, block: int) -> None:
     """Each scheme's paired test of its loss past the trained length against late in-window."""
     late = int(block * LATE)
     header = ["pos", "n", f"Δ past - late ({block}+ minus {late}-{block - 1}, simultaneous "
@@ -321,6 +295,8 @@ def carry_table(page: Page, carried: dict, tests: Tested, block: int) -> None:
 
 
 def _plot(by_length: dict, block: int) -> Any:
+    from xfmr.runs.compare.figures import colours
+
     figure, axes = plot_axes()
     top = 0.0
     for pos in SCHEMES:
@@ -330,10 +306,12 @@ def _plot(by_length: dict, block: int) -> Any:
         curves = [[loss for loss, _ in rows] for rows in seeds]
         mean = [sum(c[t] for c in curves) / len(curves) for t in range(len(curves[0]))]
         smooth = _moving_average(mean, SMOOTHING)
-        [line] = axes.plot(range(len(smooth)), smooth, label=pos, linewidth=1.6)
+        # The colour each scheme has in the validation curves (settings in SCHEMES' order).
+        colour = colours(len(SCHEMES))[SCHEMES.index(pos)]
+        axes.plot(range(len(smooth)), smooth, label=pos, linewidth=1.6, color=colour)
         for curve in curves:
-            axes.plot(range(len(curve)), _moving_average(curve, SMOOTHING),
-                      color=line.get_color(), linewidth=0.6, alpha=0.35)  # fmt: skip
+            axes.plot(range(len(curve)), _moving_average(curve, SMOOTHING), color=colour,
+                      linewidth=0.6, alpha=0.35)  # fmt: skip
         top = max(top, *smooth)
     axes.axvspan(int(block * LATE) - 0.5, block - 0.5, color="grey", alpha=0.2, linewidth=0)
     axes.axvline(block - 0.5, color="black", linestyle="--", linewidth=1)
@@ -349,7 +327,7 @@ def _moving_average(values: list[float], width: int) -> list[float]:
             for t in range(len(values))]  # fmt: skip
 
 
-def conclusions(finals: dict, carried: dict, tests: Tested, block: int) -> str:
+def conclusions(finals: dict, carried: dict, tests: Family, block: int) -> str:
     """What the tables say, written from them (so a rerun that finds otherwise says so)."""
     ranked = sorted((_mean(list(v.values())), pos) for pos, v in finals.items() if v)
     late = int(block * LATE)
@@ -360,7 +338,7 @@ def conclusions(finals: dict, carried: dict, tests: Tested, block: int) -> str:
 
     def where(kind: str, words: str, sign: int = 0) -> list[str]:
         return [pos for pos in SCHEMES if (kind, pos) in tests.verdicts
-                and _says(tests.verdicts[(kind, pos)], words)
+                and tests.says((kind, pos), words)
                 and sign * tests.differences[(kind, pos)].delta >= 0]  # fmt: skip
 
     rises, falls = where("carry", "different", 1), where("carry", "different", -1)
@@ -386,11 +364,6 @@ def conclusions(finals: dict, carried: dict, tests: Tested, block: int) -> str:
     ])  # fmt: skip
 
 
-def _says(verdict: str, words: str) -> bool:
-    """The verdict is `words` ("different") or begins with them ("equivalent" ...)."""
-    return verdict == words or verdict.startswith(words + " ")
-
-
 def _listed(schemes: list[str], words: str) -> str:
     return f"{words}: {', '.join(schemes)}. " if schemes else ""
 
@@ -408,10 +381,6 @@ def _cell(values: list[float], *, signed: bool | None = None) -> str:
     if signed is None:
         return f"{mean:.3f} ± {(interval[1] - interval[0]) / 2:.3f}" if interval else f"{mean:.3f}"
     return f"{mean:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else f"{mean:.3f}"
-
-
-def _p(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.3g}"
 
 
 if __name__ == "__main__":

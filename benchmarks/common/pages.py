@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import platform
 import re
@@ -18,6 +19,7 @@ import shlex
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,15 +129,18 @@ def _same(recorded: Sequence[str], wanted: Sequence[str]) -> bool:
     return sorted(recorded) == sorted(o for o in wanted if not o.startswith("hydra.run.dir="))
 
 
-def machine() -> str:
-    """The machine the figures come from, in one line."""
+def machine(runs: Sequence[Any] = ()) -> str:
+    """The machine the figures come from, in one line; the threads torch trained `runs` with
+    (their results.json's), else this process's."""
     import torch
 
     from xfmr.training.throughput import cpu_model
 
+    used = sorted({r.results["threads"] for r in runs if r and r.results.get("threads")})
+    threads = "/".join(map(str, used)) if used else str(torch.get_num_threads())
     return (
         f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} with "
-        f"{torch.get_num_threads()} threads, fp32, Python {platform.python_version()}"
+        f"{threads} thread{'s' * (threads != '1')}, fp32, Python {platform.python_version()}"
     )
 
 
@@ -207,14 +212,27 @@ def welch_difference(values: Sequence[float], others: Sequence[float]) -> str:
     return f"{found.delta:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
 
 
-def plot_axes() -> tuple[Any, Any]:
-    """(figure, axes) of one plot, 7 x 4 inches, drawn off screen: a page's plot."""
+def plot_axes(rows: int = 1, columns: int = 1, **figure: Any) -> tuple[Any, Any]:
+    """(figure, axes) of one plot, 7 x 4 inches, drawn off screen: a page's plot; or, given
+    rows and columns, a grid of them (an array of axes), sized by `figure`'s keywords."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(7, 4), layout="constrained")
+    if (rows, columns) == (1, 1):
+        return plt.subplots(figsize=(7, 4), layout="constrained")
+    return plt.subplots(rows, columns, squeeze=False, layout="constrained", **figure)
+
+
+def unigram_loss(data: Path, val_fraction: float) -> float:
+    """The entropy (nats) of the character frequencies of the validation split, the text's
+    last `val_fraction` as xfmr cuts it: the loss of a model that learned only how often each
+    letter occurs, and knew the split's own frequencies."""
+    text = data.read_text(encoding="utf-8")
+    val = text[int(len(text) * (1.0 - val_fraction)) :]
+    counts = Counter(val)
+    return -sum(n / len(val) * math.log(n / len(val)) for n in counts.values())
 
 
 def run_vocab_size(run: Any) -> int:
@@ -248,15 +266,23 @@ def interval(mean: Any, low: Any, high: Any, *, signed: bool = False) -> str:
     return f"{shown} [{low:.3f}, {high:.3f}]"
 
 
+TESTS_LABEL = "**Tests:**"  # the line of a page that names its script's tests
+
+
 class Page:
     """A markdown page and the PNGs beside it (docs/experiments/NAME.md, NAME/*.png)."""
 
-    def __init__(self, args: argparse.Namespace, name: str, title: str, question: str) -> None:
+    def __init__(
+        self, args: argparse.Namespace, name: str, title: str, question: str, *, tests: str
+    ) -> None:
+        """`tests`: the statistical tests the script makes, in one sentence (its TESTS), shown
+        under the question as a `**Tests:**` line; tests/docs/test_experiment_pages.py holds
+        every page's line to its script's."""
         self.args = args
         self.path = args.page / f"{name}.md"
         self.figures = args.page / name
         self.figures.mkdir(parents=True, exist_ok=True)
-        self.parts = [f"# {title}", question]
+        self.parts = [f"# {title}", question, f"{TESTS_LABEL} {tests}"]
         if args.quick:
             self.parts.append(
                 "> Quick mode: a tiny model for a few steps, to test the script. No figure here "
@@ -274,15 +300,21 @@ class Page:
         path = self.figures / f"{name}.png"
         figure.savefig(path, dpi=90, bbox_inches="tight")
         plt.close(figure)
+        self.drawn(path, caption)
+
+    def drawn(self, path: Path, caption: str) -> None:
+        """Show a PNG already written beside the page, its caption under it."""
         self.parts.append(f"![{caption}]({self.figures.name}/{path.name})\n\n*{caption}*")
 
-    def write(self, runs: Sequence[Any]) -> Path:
-        """The page, ending with the machine and the wall time."""
+    def write(self, runs: Sequence[Any], *, steps: str | None = None) -> Path:
+        """The page, ending with the machine and the wall time; `steps` says how many steps the
+        runs took where they did not all take --steps ("200 or 800")."""
         trained_s = sum(run.results.get("wall_time_s") or 0.0 for run in runs if run)
         minutes = (time.time() - self.args.started) / 60
         self.parts.append(
             "## Machine and time\n\n"
-            f"{machine()}. {len(runs)} run{'s' * (len(runs) != 1)} of {self.args.steps} steps, "
+            f"{machine(runs)}. {len(runs)} run{'s' * (len(runs) != 1)} of {steps or self.args.steps} "
+            "steps, "
             f"{trained_s / 60:.1f} min of training by the runs' own results.json "
             f"(wall_time_s); this script's last call took {minutes:.1f} min (runs it found "
             f"finished are reused, not retrained); load average {os.getloadavg()[1]:.1f} over the "
