@@ -1,7 +1,7 @@
-"""benchmarks/experiment_scaling.py end to end in quick mode: three schemes x three sizes x two
-seeds, each run's compute and final loss, the power law per scheme and the gaps to learned
-positions, every figure checked against the runs' own results.json with numpy and scipy, and a
-second call that reuses the finished runs."""
+"""benchmarks/experiment_scaling.py end to end in quick mode: three schemes x four sizes x two
+budgets x two seeds, each run's compute and final loss, the paired differences to learned
+positions with the page's Bonferroni family recomputed by scipy, the laws given only where their
+lack-of-fit test passes, and a second call that reuses the finished runs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from scipy import stats
 from helpers.experiment_scripts import is_png, run_quick, tables
 
 SCHEMES = ("learned", "rotary", "alibi")
-SIZES = ((16, 1), (24, 1), (32, 2))  # quick mode's
+SIZES = ((8, 1), (16, 1), (16, 2), (24, 2))  # quick mode's
+BUDGETS = (20, 40)  # quick mode's steps
 SEEDS = (1, 2)
 TRAINED_LINE = re.compile(r"^  \S+-seed\d: completed, ", re.MULTILINE)
 SPAN = r"([-+]?[\d.]+) \[([-+]?[\d.]+), ([-+]?[\d.]+)\]"  # mean [low, high]
@@ -33,81 +34,82 @@ def compute(result: dict) -> float:
     return result["flops_per_token"] * result["step"] * result["tokens_per_step"]
 
 
+def tost_p(differences: list[float], margin: float) -> float:
+    """Schuirmann's two one-sided paired t-tests, written out here."""
+    n, mean = len(differences), float(np.mean(differences))
+    se = float(np.std(differences, ddof=1)) / math.sqrt(n)
+    return max(stats.t.sf((mean + margin) / se, n - 1), stats.t.cdf((mean - margin) / se, n - 1))
+
+
 @pytest.mark.slow
 def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
     first = run_quick("experiment_scaling.py", tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    names = {f"{pos}-d{d}-l{n}-seed{s}": (pos, (d, n)) for pos in SCHEMES for d, n in SIZES
-             for s in SEEDS}  # fmt: skip
+    names = {f"{pos}-d{d}-l{n}-s{steps}-seed{s}": (pos, (d, n), steps) for pos in SCHEMES
+             for d, n in SIZES for steps in BUDGETS for s in SEEDS}  # fmt: skip
     runs = tmp_path / "runs"
     assert {d.name for d in runs.iterdir()} == set(names)
     assert len(TRAINED_LINE.findall(first.stdout)) == len(names), first.stdout
     results = {name: json.loads((runs / name / "results.json").read_text()) for name in names}
-    of = {key: [results[n] for n, k in names.items() if k == key]
-          for key in {k for k in names.values()}}  # fmt: skip
+    of = {key: [results[n] for n, k in names.items() if k == key] for key in set(names.values())}
+    finals = {key: [results[f"{key[0]}-d{key[1][0]}-l{key[1][1]}-s{key[2]}-seed{s}"]["metrics"]
+                    ["val/loss"] for s in SEEDS] for key in of}  # fmt: skip
 
     page = (tmp_path / "page" / "scaling.md").read_text()
     assert "Quick mode" in page and "## Machine and time" in page and "## What it shows" in page
-    models, by_size = tables(page, "d_model")
+    assert "\n**Tests:** paired t-tests by seed" in page
+    models, by_setting, rotary, alibi = tables(page, "d_model")
     for row, (d, n) in zip(models, SIZES, strict=True):
-        own = [r for pos in SCHEMES for r in of[(pos, (d, n))]]
+        own = [r for pos in SCHEMES for steps in BUDGETS for r in of[(pos, (d, n), steps)]]
         assert row[:3] == [str(d), str(n), str(d // 8)]
-        assert row[3] == " / ".join(str(of[(pos, (d, n))][0]["n_parameters"]) for pos in SCHEMES)
+        assert row[3] == " / ".join(
+            str(of[(pos, (d, n), 20)][0]["n_parameters"]) for pos in SCHEMES
+        )
         assert len({r["flops_per_token"] for r in own}) == 1  # positions cost no FLOPs
         assert float(row[4]) == pytest.approx(own[0]["flops_per_token"], rel=5e-3)
-        assert int(row[5]) == own[0]["step"] * own[0]["tokens_per_step"] == 20 * 4 * 16
-        assert float(row[6]) == pytest.approx(compute(own[0]), rel=5e-3)
+        for cell, steps in zip(row[5:], BUDGETS, strict=True):
+            assert float(cell) == pytest.approx(
+                compute(of[("learned", (d, n), steps)][0]), rel=5e-3
+            )
 
-    # Each cell: the mean of the runs' final val/loss with its t interval, and Welch's
-    # difference to learned positions.
-    for row, size in zip(by_size, SIZES, strict=True):
-        finals = {pos: [r["metrics"]["val/loss"] for r in of[(pos, size)]] for pos in SCHEMES}
-        for pos, cell in zip(SCHEMES, row[3:6], strict=True):
-            low, high = stats.t.interval(0.95, 1, loc=np.mean(finals[pos]),
-                                         scale=stats.sem(finals[pos]))  # fmt: skip
-            assert numbers(cell) == pytest.approx((np.mean(finals[pos]), low, high), abs=6e-4)
-        for pos, cell in zip(SCHEMES[1:], row[6:], strict=True):
-            test = stats.ttest_ind(finals[pos], finals["learned"], equal_var=False)
-            expected = test.confidence_interval(0.95)
-            delta = np.mean(finals[pos]) - np.mean(finals["learned"])
-            assert numbers(cell) == pytest.approx((delta, expected.low, expected.high), abs=6e-4)
+    settings = [(size, steps) for steps in BUDGETS for size in SIZES]
+    for row, (size, steps) in zip(by_setting, settings, strict=True):
+        assert row[:3] == [str(size[0]), str(size[1]), str(steps)]
+        for pos, cell in zip(SCHEMES, row[4:], strict=True):
+            values = finals[(pos, size, steps)]
+            low, high = stats.t.interval(0.95, 1, loc=np.mean(values), scale=stats.sem(values))
+            assert numbers(cell) == pytest.approx((np.mean(values), low, high), abs=6e-4)
 
-    # The power law per scheme is numpy's line through (log C, log L) of every run, its
-    # interval scipy's; the difference of exponents uses the two slopes' standard errors.
-    [laws] = tables(page, "pos")
-    lines, p_values = {}, []
-    for row, pos in zip(laws, SCHEMES, strict=True):
-        own = [r for size in SIZES for r in of[(pos, size)]]
-        x = np.log([compute(r) for r in own])
-        y = np.log([r["metrics"]["val/loss"] for r in own])
-        slope, intercept = np.polyfit(x, y, 1)
-        lines[pos] = line = stats.linregress(x, y)
-        t = stats.t.ppf(0.975, len(own) - 2)
-        assert row[:2] == [pos, str(len(own))]
-        assert numbers(row[3]) == pytest.approx(
-            (-slope, -slope - t * line.stderr, -slope + t * line.stderr), abs=2e-4
-        )
-        assert float(row[2].split()[0]) == pytest.approx(math.exp(intercept), rel=5e-3)
-        assert float(row[4]) == pytest.approx(line.rvalue**2, abs=1e-3)
-        if pos == "learned":
-            assert row[5:] == ["-", "-", "-"]
-            continue
-        var, base = line.stderr**2, lines["learned"].stderr ** 2
-        df = (var + base) ** 2 / (var**2 / (len(own) - 2) + base**2 / (len(own) - 2))
-        delta = lines["learned"].slope - line.slope
-        half = stats.t.ppf(0.975, df) * math.sqrt(var + base)
-        assert numbers(row[5]) == pytest.approx((delta, delta - half, delta + half), abs=2e-4)
-        assert float(row[6]) == pytest.approx(
-            2 * stats.t.sf(abs(delta) / math.sqrt(var + base), df), rel=5e-3
-        )
-        p_values.append((float(row[6]), float(row[7])))
-        shown = delta - half <= 0 <= delta + half
-        verdict = f"whether {pos}'s gap to learned grows or shrinks with compute is not shown"
-        assert (verdict in page) == shown, page
-        assert (f"{pos}'s loss falls faster" in page) == (not shown and delta > 0), page
-    (low, low_holm), (high, high_holm) = sorted(p_values)  # Holm over the two comparisons
-    assert low_holm == pytest.approx(min(1, 2 * low), rel=5e-3)
-    assert high_holm == pytest.approx(max(min(1, 2 * low), high), rel=5e-3)
+    # The family: every paired difference and its TOST, plus any exponent differences, all
+    # Bonferroni-corrected together; each interval at 1 - 0.05 / m.
+    count = int(re.search(r"differences: (\d+) p-values", page).group(1))
+    level = 1 - 0.05 / count
+    assert float(re.search(r"interval at (0\.\d+)", page).group(1)) == pytest.approx(
+        level, abs=1e-5
+    )
+    for pos, table in (("rotary", rotary), ("alibi", alibi)):
+        for row, (size, steps) in zip(table, settings, strict=True):
+            differences = np.subtract(finals[(pos, size, steps)], finals[("learned", size, steps)])
+            test = stats.ttest_1samp(differences, 0.0)
+            interval = test.confidence_interval(level)
+            assert numbers(row[4]) == pytest.approx(
+                (differences.mean(), interval.low, interval.high), abs=6e-4)  # fmt: skip
+            assert row[5] == "paired (n=2)"
+            assert float(row[6]) == pytest.approx(min(1.0, count * test.pvalue), rel=5e-3)
+            assert float(row[7]) == pytest.approx(min(1.0, count * tost_p(differences, 0.05)),
+                                                  rel=5e-3)  # fmt: skip
+
+    # A law's exponent is given exactly where its lack-of-fit test does not reject it.
+    laws, exponents = tables(page, "pos")
+    assert [(row[0], row[1]) for row in laws] == [
+        (pos, steps) for pos in SCHEMES for steps in ("20", "40", "both")]  # fmt: skip
+    for row in laws:
+        assert row[2] == ("8" if row[1] == "both" else "4")
+        found = re.search(r"p = ([\d.e+-]+)$", row[6])
+        rejected = found is not None and float(found.group(1)) < 0.05
+        assert (row[5] == "not given: the law is rejected") == rejected, row
+    assert [(row[0], row[1]) for row in exponents] == [
+        (pos, str(steps)) for pos in SCHEMES[1:] for steps in BUDGETS]  # fmt: skip
     assert is_png(tmp_path / "page" / "scaling" / "loss_by_compute.png")
     assert "](scaling/loss_by_compute.png)" in page
 
