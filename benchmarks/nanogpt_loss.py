@@ -2,7 +2,7 @@
 for several seeds, both scored on the same validation blocks.
 
     python benchmarks/nanogpt_loss.py --nanogpt ../shared/third_party/nanoGPT \\
-        --data ../shared/data/tinyshakespeare/input.txt --seeds 1337 1338 1339
+        --data ../shared/data/tinyshakespeare/input.txt
 
 Both train the README's "I only have a macbook" model (4 layers, 4 heads, d 128, block 64,
 batch 12, no dropout, lr 1e-3 -> 1e-4 over --steps, default 2000). xfmr runs
@@ -18,10 +18,16 @@ ckpt.pt is loaded with its own model class from the copy and run over those same
 characters mapped through its meta.pkl), the loss averaged over every target token the same
 way. ms/step: xfmr's results.json (median, validation excluded); nanoGPT's printed step times,
 median of steps 6..N without the evaluation steps.
+
+Then the two programs' mean losses: Welch's difference with its 95% interval, and the TOST that
+it lies within ±MARGIN (0.01 nats, fixed before the runs), over --seeds (default 1-10: the seeds
+`xfmr-compare --detect 0.01` plans for that margin with the spread of an earlier comparison).
+Each finished seed is kept in OUT/rows-STEPS.jsonl, so a stopped call resumes at the next.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +38,9 @@ from common.xfmr_runs import QUIET, validation_blocks, xfmr_train
 from xfmr.runs.evaluation import evaluate_loss
 
 EVAL_EVERY = 250  # nanoGPT's train_shakespeare_char and xfmr's experiment both
+# The equivalence margin, fixed before the runs it judges: 0.01 nats is 1% in perplexity
+# (e^0.01 = 1.010), well under the spread between seeds of either program (about 0.007).
+MARGIN = 0.01
 
 
 def run_xfmr(data: Path, out: Path, steps: int, seed: int) -> dict:
@@ -107,20 +116,46 @@ def print_table(rows: list[dict], steps: int) -> None:
         )
 
 
+def equivalence(rows: list[dict]) -> None:
+    """Welch's difference of the two programs' mean losses with its 95% interval, and the TOST
+    that it lies within ±MARGIN (`xfmr.runs.compare`): the seeds are not shared, so unpaired."""
+    from xfmr.runs.compare.stats import welch
+    from xfmr.runs.compare.verdicts import equivalence_verdict, tost
+
+    ours = [row["val_loss"] for row in rows if row["run"] == "xfmr-train"]
+    theirs = [row["val_loss"] for row in rows if row["run"] != "xfmr-train"]
+    if min(len(ours), len(theirs)) < 2:
+        return
+    difference = welch(ours, theirs)
+    low, high = difference.low, difference.high
+    print(
+        f"\nxfmr - nanoGPT: {difference.delta:+.4f} [{low:+.4f}, {high:+.4f}] (Welch 95%, "
+        f"p = {difference.p_value:.3g}); TOST within ±{MARGIN:g}: p = "
+        f"{tost(difference, MARGIN):.3g}; verdict: {equivalence_verdict(difference, MARGIN)}"
+    )
+
+
 def main() -> None:
     parser = script_parser(__doc__)
     add_nanogpt(parser)
     add_shakespeare(parser)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/nanogpt_loss"))
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(1, 11)))
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     data = args.data.resolve()
-    rows = []
+    # One line per finished seed, so a stopped call resumes at the next seed.
+    done_file = out / f"rows-{args.steps}.jsonl"
+    done = []
+    if done_file.exists():
+        done = [json.loads(line) for line in done_file.read_text().splitlines()]
+    rows = [row for row in done if row["seed"] in args.seeds]
     with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         for seed in args.seeds:
+            if any(row["seed"] == seed for row in rows):
+                continue
             xfmr_row = run_xfmr(data, out, args.steps, seed)
             nanogpt_row = run_nanogpt(copy, args.steps, seed)
             xfmr_run, loader = validation_blocks(xfmr_row["run_dir"])
@@ -130,9 +165,13 @@ def main() -> None:
             nanogpt_row["val_loss"] = nanogpt.checkpoint_loss(
                 copy, nanogpt_row["checkpoint"], xfmr_run, loader
             )
+            with done_file.open("a") as file:
+                for row in (xfmr_row, nanogpt_row):
+                    file.write(json.dumps(row, default=str) + "\n")
             rows += [xfmr_row, nanogpt_row]
-    rows.sort(key=lambda row: row["run"] != "xfmr-train")
+    rows.sort(key=lambda row: (row["run"] != "xfmr-train", row["seed"]))
     print_table(rows, args.steps)
+    equivalence(rows)
 
 
 if __name__ == "__main__":
