@@ -302,7 +302,7 @@ def test_load_pretrained_needs_a_checkpoint_directory(tmp_path) -> None:
             lambda: transformers.T5Config(feed_forward_proj="gated-relu"),
             "feed_forward_proj='gated-relu'",
         ),
-        (lambda: transformers.LlamaConfig(num_key_value_heads=8), "num_key_value_heads=8"),
+        (lambda: transformers.LlamaConfig(head_dim=64), "head_dim=64"),
         (lambda: transformers.BartConfig(), "model_type='bart'"),
     ],
 )

@@ -174,12 +174,7 @@ def gpt2_hf_config(config: ModelConfig) -> dict[str, Any]:
 
 
 def llama_config(hf: Any) -> ModelConfig:
-    _require(
-        hf,
-        "num_key_value_heads",
-        hf.num_attention_heads,
-        "xfmr's attention has one KV head per query head",
-    )
+    kv_heads = getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads
     _require(
         hf,
         "head_dim",
@@ -198,6 +193,7 @@ def llama_config(hf: Any) -> ModelConfig:
         arch="decoder",
         n_layers=hf.num_hidden_layers,
         n_heads=hf.num_attention_heads,
+        n_kv_heads=None if kv_heads == hf.num_attention_heads else kv_heads,
         d_model=hf.hidden_size,
         d_ff=hf.intermediate_size,
         dropout=0.0,  # Llama drops out only attention weights
@@ -224,7 +220,7 @@ def llama_hf_config(config: ModelConfig) -> dict[str, Any]:
         intermediate_size=config.d_ff,
         num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads,
-        num_key_value_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads or config.n_heads,
         head_dim=config.head_dim,
         hidden_act=_written(LLAMA_ACTIVATIONS, config.activation),
         max_position_embeddings=config.pos.max_positions or 8192,  # rotary has no table limit

@@ -40,6 +40,7 @@ GPT2_NEEDS = {
     **_ABSOLUTE,
 }
 LLAMA_NEEDS = {
+    "n_kv_heads": (None, "model.n_kv_heads"),  # any: num_key_value_heads
     "pos.name": ("rotary",),
     "norm": ("rmsnorm",),
     "placement": ("pre",),
@@ -145,7 +146,9 @@ def _override(key: str) -> str:
 
 
 def _yaml(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
 
 
 def _bert(head: str) -> Callable[[ModelConfig], Table]:

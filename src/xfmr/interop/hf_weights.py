@@ -50,6 +50,7 @@ class Link:
     ours: str
     theirs: tuple[str, ...]
     transpose: bool = False
+    sizes: tuple[int, ...] | None = None  # each HF tensor's rows, where they differ (GQA's k, v)
 
 
 @dataclass
@@ -62,8 +63,10 @@ class Table:
     aliases: dict[str, str] = field(default_factory=dict)
     zeros: list[str] = field(default_factory=list)
 
-    def link(self, ours: str, *theirs: str, transpose: bool = False) -> None:
-        self.links.append(Link(ours, theirs, transpose))
+    def link(
+        self, ours: str, *theirs: str, transpose: bool = False, sizes: tuple[int, ...] | None = None
+    ) -> None:
+        self.links.append(Link(ours, theirs, transpose, sizes))
 
     def weight_and_bias(self, ours: str, theirs: str, *, bias: bool = True) -> None:
         """`ours.weight` is `theirs.weight`; the biases likewise, or zeros on HF's side."""
@@ -73,11 +76,19 @@ class Table:
         else:
             self.zeros.append(f"{theirs}.bias")
 
-    def fused(self, ours: str, theirs: list[str], *, bias: bool = True) -> None:
-        """`ours` (weight, bias) stacks the Linear layers `theirs` along the output dim."""
-        self.link(f"{ours}.weight", *(f"{name}.weight" for name in theirs))
+    def fused(
+        self,
+        ours: str,
+        theirs: list[str],
+        *,
+        bias: bool = True,
+        sizes: tuple[int, ...] | None = None,
+    ) -> None:
+        """`ours` (weight, bias) stacks the Linear layers `theirs` along the output dim, of
+        `sizes` rows each (None: equal)."""
+        self.link(f"{ours}.weight", *(f"{name}.weight" for name in theirs), sizes=sizes)
         if bias:
-            self.link(f"{ours}.bias", *(f"{name}.bias" for name in theirs))
+            self.link(f"{ours}.bias", *(f"{name}.bias" for name in theirs), sizes=sizes)
         else:
             self.zeros += [f"{name}.bias" for name in theirs]
 
@@ -104,7 +115,8 @@ def write_table(table: Table, weights: Weights) -> Weights:
     for link in table.links:
         tensor = weights[link.ours]
         tensor = tensor.t() if link.transpose else tensor
-        for name, part in zip(link.theirs, tensor.chunk(len(link.theirs), dim=0), strict=True):
+        parts = tensor.split(link.sizes) if link.sizes else tensor.chunk(len(link.theirs))
+        for name, part in zip(link.theirs, parts, strict=True):
             hf[name] = part.contiguous()
     for name, of in table.aliases.items():
         hf[name] = hf[of]
@@ -142,6 +154,8 @@ def llama_table(config: ModelConfig) -> Table:
     """LlamaForCausalLM: RMSNorm (no bias), rotary (half-split, as xfmr's), gated FFN with
     `up` = [gate_proj | up_proj]; `attention_bias` and `mlp_bias` follow `config.bias`."""
     bias = config.bias
+    kv_rows = (config.n_kv_heads or config.n_heads) * config.head_dim
+    sizes = (config.d_model, kv_rows, kv_rows)  # q, k, v: fewer k and v rows with GQA
     table = Table()
     table.link("backbone.tok_emb.weight", "model.embed_tokens.weight")
     table.link("backbone.final_norm.weight", "model.norm.weight")
@@ -153,12 +167,14 @@ def llama_table(config: ModelConfig) -> Table:
         attention = [f"{theirs}.self_attn.{name}_proj" for name in ("q", "k", "v")]
         mlp = f"{theirs}.mlp"
         if bias:
-            table.fused(f"{ours}.attn.qkv", attention)
+            table.fused(f"{ours}.attn.qkv", attention, sizes=sizes)
             table.weight_and_bias(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj")
             table.fused(f"{ours}.ffn.up", [f"{mlp}.gate_proj", f"{mlp}.up_proj"])
             table.weight_and_bias(f"{ours}.ffn.down", f"{mlp}.down_proj")
         else:
-            table.link(f"{ours}.attn.qkv.weight", *(f"{name}.weight" for name in attention))
+            table.link(
+                f"{ours}.attn.qkv.weight", *(f"{name}.weight" for name in attention), sizes=sizes
+            )
             table.link(f"{ours}.attn.out.weight", f"{theirs}.self_attn.o_proj.weight")
             table.link(f"{ours}.ffn.up.weight", f"{mlp}.gate_proj.weight", f"{mlp}.up_proj.weight")
             table.link(f"{ours}.ffn.down.weight", f"{mlp}.down_proj.weight")

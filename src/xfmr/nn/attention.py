@@ -302,6 +302,8 @@ class MultiHeadAttention(_Attention):
     Args:
         d_model: model width; split evenly across heads.
         n_heads: number of heads.
+        n_kv_heads: key/value heads, each shared by n_heads / n_kv_heads consecutive query
+            heads (ModelConfig.n_kv_heads); None: n_heads. A cache keeps n_kv_heads heads.
         attn_dropout: dropout on attention weights (training only).
         resid_dropout: dropout on the output projection.
         bias: whether projections carry a bias.
@@ -315,6 +317,7 @@ class MultiHeadAttention(_Attention):
         *,
         d_model: int,
         n_heads: int,
+        n_kv_heads: int | None = None,
         attn_dropout: float = 0.0,
         resid_dropout: float = 0.0,
         bias: bool = True,
@@ -332,8 +335,14 @@ class MultiHeadAttention(_Attention):
             qk_norm=qk_norm,
             norm_eps=norm_eps,
         )
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.n_kv_heads = n_kv_heads or n_heads  # ModelConfig checks n_heads % n_kv_heads
+        kv_width = self.n_kv_heads * (d_model // n_heads)
+        self.qkv = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)  # [q | k | v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> MultiHeadAttention:
+        return cls(**attention_arguments(config), n_kv_heads=config.n_kv_heads)
 
     def forward(
         self,
@@ -355,16 +364,20 @@ class MultiHeadAttention(_Attention):
             after rotation, so each key keeps the rotation of its own position.
         """
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        hs, kv = C // self.n_heads, self.n_kv_heads
+        q, k, v = self.qkv(x).split((C, kv * hs, kv * hs), dim=2)
+        q = q.view(B, T, self.n_heads, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, kv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+        v = v.view(B, T, kv, hs).transpose(1, 2)  # (B, nkv, T, hs)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if rotation is not None:
             q, k = apply_rotary(q, *rotation), apply_rotary(k, *rotation)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, nh, S, hs)
+            k, v = cache.append(k, v)  # (B, nkv, S, hs): the cache keeps the shared heads
+        if kv != self.n_heads:  # each key/value head serves n_heads / kv consecutive queries
+            k = k.repeat_interleave(self.n_heads // kv, dim=1)  # (B, nh, S, hs)
+            v = v.repeat_interleave(self.n_heads // kv, dim=1)
         S = k.size(2)
         if bias is not None or (is_causal and (mask is not None or S != T)):
             mask, is_causal = fold_masks(

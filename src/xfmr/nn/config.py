@@ -27,6 +27,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from xfmr.keys import unknown_key
+from xfmr.nn.config_checks import check_heads, check_positions
 from xfmr.nn.key import (
     ARCHS,
     TRANSFORMER_ARCHS,
@@ -145,6 +146,12 @@ class ModelConfig:
         exports=True,
     )
     n_heads: int = key(4, "attention heads", archs=TRANSFORMER_ARCHS, exports=True)
+    n_kv_heads: int | None = key(
+        None,
+        "key/value heads, each shared by n_heads / n_kv_heads query heads: grouped-query "
+        "attention (Ainslie et al. 2023), 1 multi-query (Shazeer 2019); null: n_heads",
+        archs=TRANSFORMER_ARCHS,
+    )
     d_model: int = key(128, "model width; the hidden size of an rnn", exports=True)
     target_params: int | None = key(
         None,
@@ -268,15 +275,10 @@ class ModelConfig:
             part = getattr(self, name)
             if part is not None and not (isinstance(part, dict) and part.get(TARGET)):
                 raise ValueError(f"{name}={part!r} must be null or name a class in `_target_`")
-        for name in ("vocab_size", "n_layers", "n_heads", "d_model", "d_ff", "n_decoder_layers"):
+        for name in ("vocab_size", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff",
+                     "n_decoder_layers"):  # fmt: skip
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.d_model % self.n_heads and self.arch != "rnn":  # an RNN has no heads
-            divisors = [d for d in range(1, self.d_model + 1) if self.d_model % d == 0]
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
-                f"choose n_heads among {divisors}"
-            )
         if self.target_params is not None and self.target_params < 1:
             raise ValueError(
                 f"target_params={self.target_params} must be a positive integer, or null"
@@ -290,32 +292,8 @@ class ModelConfig:
             raise ValueError(f"init_std={self.init_std} must be a number >= 0")
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size={self.type_vocab_size} must be >= 0 (0 = none)")
-        self._check_positions()
-
-    def _check_positions(self) -> None:
-        pos, allowed = self.pos, ARCH_POSITIONS[self.arch]
-        if pos.name not in allowed and not (pos.target and self.arch != "rnn"):
-            raise ValueError(
-                f"pos.name={pos.name!r} does not apply to arch={self.arch!r}: "
-                f"arch={self.arch!r} accepts pos.name in {list(allowed)}"
-            )
-        if pos.target:
-            return
-        if pos.name == "rotary" and self.head_dim % 2:
-            raise ValueError(
-                f"pos.name='rotary' rotates channel pairs and needs an even head dim, but "
-                f"d_model={self.d_model} / n_heads={self.n_heads} = {self.head_dim}"
-            )
-        if pos.name == "relative":
-            if pos.num_buckets < 4:
-                raise ValueError(f"pos.num_buckets={pos.num_buckets} must be >= 4")
-            if pos.max_distance <= pos.num_buckets // 2:
-                raise ValueError(
-                    f"pos.max_distance={pos.max_distance} must exceed pos.num_buckets // 2 = "
-                    f"{pos.num_buckets // 2} (the exactly-bucketed distances)"
-                )
-        if pos.name == "rotary" and pos.rotary_base <= 1.0:
-            raise ValueError(f"pos.rotary_base={pos.rotary_base} must be > 1")
+        check_heads(self)
+        check_positions(self, ARCH_POSITIONS[self.arch])
 
     @property
     def head_dim(self) -> int:

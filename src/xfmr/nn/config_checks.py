@@ -1,0 +1,62 @@
+"""The checks of `ModelConfig` that concern its heads and its positional scheme, apart from the
+dataclass so that xfmr/nn/config.py keeps to its fields. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+ModelConfig = Any  # xfmr.nn.config.ModelConfig, which imports this module
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_heads(config: ModelConfig) -> None:
+    """d_model splits evenly into n_heads, and n_heads into n_kv_heads groups."""
+    if config.arch == "rnn":  # an RNN has no heads
+        return
+    if config.d_model % config.n_heads:
+        raise ValueError(
+            f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}: "
+            f"choose n_heads among {_divisors(config.d_model)}"
+        )
+    if config.n_kv_heads is not None and config.attention is not None:
+        raise ValueError(
+            "n_kv_heads is read by xfmr's own attention: a model.attention of your own "
+            "chooses its key/value heads itself; leave n_kv_heads null"
+        )
+    if config.n_kv_heads is not None and config.n_heads % config.n_kv_heads:
+        raise ValueError(
+            f"n_heads={config.n_heads} is not a multiple of n_kv_heads={config.n_kv_heads}: "
+            f"choose n_kv_heads among {_divisors(config.n_heads)} (or null: n_heads)"
+        )
+
+
+def check_positions(config: ModelConfig, allowed: Sequence[str]) -> None:
+    """The positional scheme applies to the architecture (`allowed`: the schemes it takes)
+    and its settings are valid."""
+    pos = config.pos
+    if pos.name not in allowed and not (pos.target and config.arch != "rnn"):
+        raise ValueError(
+            f"pos.name={pos.name!r} does not apply to arch={config.arch!r}: "
+            f"arch={config.arch!r} accepts pos.name in {list(allowed)}"
+        )
+    if pos.target:
+        return
+    if pos.name == "rotary" and config.head_dim % 2:
+        raise ValueError(
+            f"pos.name='rotary' rotates channel pairs and needs an even head dim, but "
+            f"d_model={config.d_model} / n_heads={config.n_heads} = {config.head_dim}"
+        )
+    if pos.name == "relative":
+        if pos.num_buckets < 4:
+            raise ValueError(f"pos.num_buckets={pos.num_buckets} must be >= 4")
+        if pos.max_distance <= pos.num_buckets // 2:
+            raise ValueError(
+                f"pos.max_distance={pos.max_distance} must exceed pos.num_buckets // 2 = "
+                f"{pos.num_buckets // 2} (the exactly-bucketed distances)"
+            )
+    if pos.name == "rotary" and pos.rotary_base <= 1.0:
+        raise ValueError(f"pos.rotary_base={pos.rotary_base} must be > 1")
