@@ -161,7 +161,9 @@ def _check_per_arch(page: str, runs: dict, chosen: dict) -> dict:
     for arch, lr, n, final, at_t, step, total, ms, ms_range in per_arch:
         assert (float(lr), n) == (chosen[arch], "2"), (arch, lr, n)
         totals = [runs[(arch, s)]["history"][-1]["time_s"] for s in SEEDS]
-        assert seconds <= float(total) and float(total) == pytest.approx(np.mean(totals), abs=0.051)
+        # The column shows one decimal: T (the shortest run's time) is within its rounding.
+        assert seconds <= float(total) + 0.051
+        assert float(total) == pytest.approx(np.mean(totals), abs=0.051)
         assert 0 < float(step) <= 20, step
         for cell, name, tolerance in ((final, "final", 6e-4), (ms, "ms/step", 0.051)):
             values = by_seed[name][arch]
