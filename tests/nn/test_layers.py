@@ -86,6 +86,15 @@ def test_plain_and_gated_ffn_shapes(name: str, gated: bool, up_rows: int) -> Non
     assert ffn(torch.randn(2, 3, D)).shape == (2, 3, D)
 
 
+def test_relu2_is_the_square_of_relu() -> None:
+    x = torch.linspace(-3, 3, 13)
+    assert torch.equal(ACTIVATIONS["relu2"].make()(x), torch.relu(x) ** 2)
+    ffn = FeedForward(d_model=D, d_ff=D_FF, activation="relu2", dropout=0.0, bias=False)
+    value = torch.randn(2, 3, D)
+    expected = torch.relu(value @ ffn.up.weight.T).square() @ ffn.down.weight.T
+    torch.testing.assert_close(ffn(value), expected)
+
+
 def test_ffn_rejects_unknown_activation() -> None:
     with pytest.raises(ValueError, match="activation='tanhh'.*swiglu"):
         FeedForward(d_model=D, d_ff=D_FF, activation="tanhh", dropout=0.0, bias=True)

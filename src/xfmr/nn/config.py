@@ -44,7 +44,7 @@ __all__ = ["ARCHS", "TRANSFORMER_ARCHS", "ModelConfig", "PosConfig", "default_of
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none", *NORMS)
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
+ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
 # The names of `xfmr.nn.positions.POSITIONS` (a test keeps the two in step).
 POS_NAMES = ("none", "sinusoidal", "learned", "relative", "rotary", "alibi")
@@ -178,7 +178,8 @@ class ModelConfig:
     )
     activation: str = key(
         "gelu",
-        "feed-forward nonlinearity; swiglu and geglu are gated (Shazeer 2020)",
+        "feed-forward nonlinearity; relu2 is relu(x)^2 (So et al. 2021); swiglu and geglu are "
+        "gated (Shazeer 2020)",
         archs=TRANSFORMER_ARCHS,
         choices=ACTIVATIONS,
     )

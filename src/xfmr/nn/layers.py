@@ -36,8 +36,16 @@ class Activation:
     gated: bool = False
 
 
+class ReLUSquared(nn.Module):
+    """relu(x)^2 (So et al. 2021, "Primer", sec. 3): the squared ReLU their search found."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x).square()
+
+
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(nn.ReLU),  # Vaswani et al. 2017, eq. 2
+    "relu2": Activation(ReLUSquared),  # So et al. 2021 (Primer); modded-nanogpt
     "gelu": Activation(nn.GELU),  # exact erf form (Hendrycks & Gimpel 2016); BERT
     "gelu_tanh": Activation(lambda: nn.GELU(approximate="tanh")),  # GPT-2's `gelu_new`
     "swiglu": Activation(nn.SiLU, gated=True),  # Shazeer 2020; LLaMA
