@@ -339,8 +339,8 @@ def laws(page: Page, fits: dict, budgets: list[int], tests: Family) -> None:
         f"Each scheme's exponent minus {BASELINE}'s at a budget, where both laws pass their "
         "test (Welch-Satterthwaite df from the two fits; positive: the scheme's loss falls "
         f"faster with compute than {BASELINE}'s). The equivalence margin is the exponent "
-        f"difference that moves the ratio of the two losses by {MARGIN} nats across the "
-        "budget's range of compute.",
+        f"difference that moves the ratio of the two reducible losses (L - E) by {MARGIN} nats "
+        "across the budget's range of compute.",
         markdown_table(
             [
                 "pos",

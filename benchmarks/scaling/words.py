@@ -30,10 +30,11 @@ def _fitted(fits: dict, budgets: list[int]) -> str:
             else:
                 fit_.append(f"{pos} b = {b}")
         sizes = len(next(f for f in fits.values() if not isinstance(f, str)).compute)
-        told.append(f"At {steps} steps, the law fits the {sizes} sizes' means for "
-                    f"{'; '.join(fit_) or 'no scheme'}; it is rejected (or could not be fitted) "
-                    f"for {', '.join(rejected) or 'no scheme'}.")  # fmt: skip
-    return " ".join(told) + " Each doubling of compute takes 2^(-b) of the reducible loss L - E."
+        told.append(f"At {steps} steps, the lack-of-fit test does not reject the law over the "
+                    f"{sizes} sizes' means for {'; '.join(fit_) or 'no scheme'}; it rejects it "
+                    f"(or no law could be fitted) for {', '.join(rejected) or 'no scheme'}.")  # fmt: skip
+    return " ".join(told) + (" Where the law holds, each doubling of compute multiplies the "
+                             "reducible loss L - E by 2^(-b).")  # fmt: skip
 
 
 def _one_law(fits: dict, points: list[Point]) -> str:

@@ -1,19 +1,18 @@
 """The checks of `ModelConfig` that concern its heads and its positional scheme, apart from the
-dataclass so that xfmr/nn/config.py keeps to its fields. No torch."""
+dataclass so that xfmr/nn/config.py keeps to its fields; `config` is a ModelConfig, whose module
+imports this one. No torch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-ModelConfig = Any  # xfmr.nn.config.ModelConfig, which imports this module
-
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def check_heads(config: ModelConfig) -> None:
+def check_heads(config: Any) -> None:
     """d_model splits evenly into n_heads, and n_heads into n_kv_heads groups."""
     if config.arch == "rnn":  # an RNN has no heads
         return
@@ -34,7 +33,7 @@ def check_heads(config: ModelConfig) -> None:
         )
 
 
-def check_positions(config: ModelConfig, allowed: Sequence[str]) -> None:
+def check_positions(config: Any, allowed: Sequence[str]) -> None:
     """The positional scheme applies to the architecture (`allowed`: the schemes it takes)
     and its settings are valid."""
     pos = config.pos
