@@ -18,8 +18,9 @@ from helpers.models import randomize
 from xfmr.generation import GenerationConfig, Hypothesis, generate, sample_text
 from xfmr.generation.processors import length_penalty
 from xfmr.interop.hf import from_hf
-from xfmr.nn.attention import causal_mask, record_attention
+from xfmr.nn.attention import record_attention
 from xfmr.nn.config import ModelConfig, PosConfig
+from xfmr.nn.masks import causal_mask
 from xfmr.nn.models import CausalLM, build_model
 
 VOCAB, PAD, START = 40, 0, 1

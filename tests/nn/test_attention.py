@@ -10,15 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xfmr.nn.attention import (
-    CrossAttention,
-    MultiHeadAttention,
-    causal_mask,
-    combine_masks,
-    fold_masks,
-    padding_mask,
-)
+from xfmr.nn.attention import CrossAttention, MultiHeadAttention
 from xfmr.nn.config import ModelConfig, PosConfig
+from xfmr.nn.masks import causal_mask, combine_masks, fold_masks, padding_mask
 from xfmr.nn.models import CausalLM
 from xfmr.nn.positions import RotaryPositions, apply_rotary
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xfmr.nn.attention import KVCache, MultiHeadAttention
+from xfmr.nn.attention import MultiHeadAttention
+from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import build_model
 

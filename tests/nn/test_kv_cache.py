@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xfmr.nn.attention import KVCache
+from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import build_model
 from xfmr.nn.positions import POSITIONS

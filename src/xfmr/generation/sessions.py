@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.nn.attention import KVCache
+from xfmr.nn.cache import KVCache
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.models import CausalLM
 from xfmr.nn.rnn import RNNLM

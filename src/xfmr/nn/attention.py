@@ -1,8 +1,7 @@
 """Multi-head scaled dot-product attention (Vaswani et al. 2017, sec. 3.2): self and cross.
 
-Masking convention: a boolean mask is True where a query may attend to a key. An additive float
-`bias` (a positional scheme's) is added to the scores. The two are folded into one float mask only
-when both are present; plain causal attention with neither keeps SDPA's `is_causal` fast kernel.
+Masks follow `xfmr.nn.masks`: a boolean mask is True where a query may attend to a key; a float
+mask is added to the scores.
 
 Decoding keeps a `KVCache`: each self-attention layer appends the new tokens' keys and values
 (rotated first, under rotary positions) and attends over all of them; cross-attention projects
@@ -20,135 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xfmr.nn.cache import LayerCache
 from xfmr.nn.config import ModelConfig
+from xfmr.nn.masks import causal_mask, fold_masks
 from xfmr.nn.norms import build_norm
 from xfmr.nn.positions import Rotation, apply_rotary
-
-
-def causal_mask(
-    length: int, device: torch.device | None = None, *, key_length: int | None = None
-) -> torch.Tensor:
-    """Boolean (T, S) mask, True where query t may attend to key s.
-
-    With S = T (the default) that is s <= t. With S > T the queries are the last T positions of
-    the S keys (a KV cache), so query t sits at key position t + S - T.
-    """
-    key_length = length if key_length is None else key_length
-    return torch.ones(length, key_length, dtype=torch.bool, device=device).tril(key_length - length)
-
-
-def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, S) with 1 for real tokens -> boolean (B, 1, 1, S) key mask."""
-    return attention_mask.bool()[:, None, None, :]
-
-
-def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """AND together boolean masks that broadcast to (B, H, T, S); None means no mask.
-
-    A query row that would see no key at all (a padding position under left padding)
-    is opened to every key: its output is ignored downstream, and SDPA would return NaN.
-    """
-    present = [m for m in masks if m is not None]
-    if not present:
-        return None
-    mask = present[0]
-    for other in present[1:]:
-        mask = mask & other
-    return mask | ~mask.any(dim=-1, keepdim=True)
-
-
-def fold_masks(
-    mask: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    *,
-    is_causal: bool,
-    query_length: int,
-    key_length: int,
-    device: torch.device | None = None,
-) -> tuple[torch.Tensor | None, bool]:
-    """What SDPA takes, `(attn_mask, is_causal)`, from a boolean mask, an additive bias and causality.
-
-    Returns the inputs untouched when there is nothing to fold (no bias, and either no mask or no
-    causality), so plain causal attention keeps `is_causal=True` and no mask. Otherwise causality
-    becomes an explicit mask, and a bias with a mask becomes one float mask with -inf where the
-    boolean mask is False. A stack calls this once per forward and hands the result to every layer.
-
-    Under a KV cache (`key_length` > `query_length`) causality is always made explicit, since
-    SDPA's `is_causal` aligns the queries with the first keys; a single query (the newest token)
-    sees every key and needs no causal mask at all. `device` places a causal mask that neither
-    `mask` nor `bias` can (both None under a cache).
-    """
-    if is_causal and query_length == 1:
-        is_causal = False
-    if bias is None and (not is_causal or (mask is None and query_length == key_length)):
-        return mask, is_causal
-    if is_causal:
-        device = mask.device if mask is not None else bias.device if bias is not None else device
-        mask = combine_masks(causal_mask(query_length, device, key_length=key_length), mask)
-    elif mask is not None and mask.dtype == torch.bool:
-        mask = combine_masks(mask)  # an all-padding row must not become all -inf (NaN)
-    if bias is None:
-        return mask, False
-    if mask is None:
-        return bias, False
-    if mask.dtype != torch.bool:  # already a float mask: biases add
-        return mask + bias, False
-    return bias.masked_fill(~mask, float("-inf")), False
-
-
-@dataclass
-class LayerCache:
-    """One layer's cached keys and values, each (B, nh, S, hs): self-attention's grow by the
-    new tokens on every call; cross-attention's are the encoder's, projected once."""
-
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    cross_keys: torch.Tensor | None = None
-    cross_values: torch.Tensor | None = None
-
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Add the new tokens' (B, nh, T, hs) keys and values; returns all of them (B, nh, S, hs)."""
-        if self.keys is not None:
-            keys = torch.cat((self.keys, keys), dim=2)
-            values = torch.cat((self.values, values), dim=2)
-        self.keys, self.values = keys, values
-        return keys, values
-
-
-class KVCache:
-    """The keys and values of every attention layer of one stack, kept between decoding steps
-    so that each step runs only the new token: its attention costs O(S) against the S cached
-    keys, where rerunning the whole sequence would cost O(S^2) (and every layer's projections).
-
-    The stack that receives it fills one `LayerCache` per block. `length` is the number of
-    cached positions (columns): the next token's column, and the offset a stack adds to it.
-    """
-
-    def __init__(self) -> None:
-        self.layers: list[LayerCache] = []
-
-    def layer(self, index: int) -> LayerCache:
-        while len(self.layers) <= index:
-            self.layers.append(LayerCache())
-        return self.layers[index]
-
-    @property
-    def length(self) -> int:
-        if not self.layers or self.layers[0].keys is None:
-            return 0
-        return self.layers[0].keys.size(2)
-
-    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
-        """Keep rows `index` (B',) in that order: beam search's surviving parents, or the rows
-        still decoding. `cross=False` leaves the encoder keys and values alone, which is exact
-        when every row keeps the source it had (beams of one source share them)."""
-        for layer in self.layers:
-            if layer.keys is not None:
-                layer.keys = layer.keys.index_select(0, index)
-                layer.values = layer.values.index_select(0, index)
-            if cross and layer.cross_keys is not None:
-                layer.cross_keys = layer.cross_keys.index_select(0, index)
-                layer.cross_values = layer.cross_values.index_select(0, index)
 
 
 @dataclass

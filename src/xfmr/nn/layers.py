@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from xfmr.nn.attention import CrossAttention, LayerCache, MultiHeadAttention, attention_arguments
+from xfmr.nn.attention import CrossAttention, MultiHeadAttention, attention_arguments
+from xfmr.nn.cache import LayerCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.norms import NORMS, RMSNorm, build_norm
 from xfmr.nn.parts import build_part

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.nn.attention import KVCache
+from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import EncoderLM
 from xfmr.nn.encoder_decoder import EncoderDecoder

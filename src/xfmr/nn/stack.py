@@ -7,9 +7,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from xfmr.nn.attention import KVCache, fold_masks, padding_mask
+from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.layers import Block, norm_of
+from xfmr.nn.masks import fold_masks, padding_mask
 from xfmr.nn.positions import scheme_of
 from xfmr.nn.weights import ParameterCount
 
