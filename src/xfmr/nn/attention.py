@@ -21,7 +21,8 @@ from torch import nn
 
 from xfmr.nn.cache import LayerCache
 from xfmr.nn.config import ModelConfig
-from xfmr.nn.masks import causal_mask, fold_masks
+from xfmr.nn.flex import flex_softcapped, scores_of
+from xfmr.nn.masks import fold_masks
 from xfmr.nn.norms import build_norm
 from xfmr.nn.positions import Rotation, apply_rotary
 
@@ -79,8 +80,10 @@ class _Attention(nn.Module):
         scale: float | None,
         qk_norm: str = "none",
         norm_eps: float = 1e-5,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
+        self.softcap = softcap
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
@@ -112,8 +115,22 @@ class _Attention(nn.Module):
         mask: torch.Tensor | None,
         is_causal: bool,
     ) -> torch.Tensor:
-        if self._recorder is not None:
-            y = self._attend_recorded(q, k, v, mask, is_causal)  # (B, nh, T, hs)
+        """Attention over (B, nh, T, hs) q and (B, nh, S, hs) k, v, then the output projection.
+
+        SDPA where the scores are q k^T as they are; with a soft-cap, FlexAttention on a GPU
+        (`xfmr.nn.flex`), and the written-out softmax on a CPU (FlexAttention has no backward
+        there), while recording, or with attention dropout (FlexAttention has none).
+        """
+        written = self._recorder is not None or (
+            self.softcap is not None
+            and not (q.is_cuda and (self.attn_dropout == 0.0 or not self.training))
+        )
+        if written:
+            y = self._attend_written(q, k, v, mask, is_causal)  # (B, nh, T, hs)
+        elif self.softcap is not None:
+            y = flex_softcapped(
+                q, k, v, mask, is_causal=is_causal, scale=self.scale, cap=self.softcap
+            )
         else:
             if mask is not None and mask.is_floating_point():
                 mask = mask.to(q.dtype)  # a float32 bias must match half-precision queries
@@ -130,7 +147,7 @@ class _Attention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, C)
         return self.resid_dropout(self.out(y))
 
-    def _attend_recorded(
+    def _attend_written(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -138,21 +155,13 @@ class _Attention(nn.Module):
         mask: torch.Tensor | None,
         is_causal: bool,
     ) -> torch.Tensor:
-        """SDPA written out (Vaswani et al. 2017, eq. 1), keeping the weights for the recorder."""
-        T, S = q.size(-2), k.size(-2)
-        scale = q.size(-1) ** -0.5 if self.scale is None else self.scale
-        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # (B, nh, T, S)
-        if is_causal:
-            scores = scores.masked_fill(~causal_mask(T, q.device, key_length=S), float("-inf"))
-        if mask is not None:
-            scores = (
-                scores + mask.float()
-                if mask.is_floating_point()
-                else scores.masked_fill(~mask, float("-inf"))
-            )
+        """SDPA written out (Vaswani et al. 2017, eq. 1), with the soft-cap, in float32; the
+        weights go to the recorder when one is set."""
+        scores = scores_of(q, k, mask, is_causal=is_causal, scale=self.scale, cap=self.softcap)
         weights = scores.softmax(dim=-1)  # (B, nh, T, S)
-        name, records = self._recorder
-        records.append(AttentionRecord(layer=name, kind=self.kind, weights=weights.detach()))
+        if self._recorder is not None:
+            name, records = self._recorder
+            records.append(AttentionRecord(layer=name, kind=self.kind, weights=weights.detach()))
         weights = F.dropout(weights, self.attn_dropout, training=self.training)
         return weights.to(v.dtype) @ v  # (B, nh, T, hs)
 
@@ -168,6 +177,7 @@ def attention_arguments(config: ModelConfig) -> dict[str, Any]:
         scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
         qk_norm=config.qk_norm,
         norm_eps=config.norm_eps,
+        softcap=config.attn_softcap,
     )
 
 
@@ -185,6 +195,10 @@ class MultiHeadAttention(_Attention):
         scale: factor on q.k; None is 1/sqrt(head_dim) (Vaswani et al. 2017, eq. 1), T5 uses 1.0.
         qk_norm: none, layernorm or rmsnorm over each head's q and k, before rotation.
         norm_eps: that norm's epsilon.
+        softcap: scores capped to softcap * tanh(s / softcap) before the softmax (Gemma 2).
+        window: this layer's sliding window (ModelConfig.window_of): a cache keeps only the
+            last window - 1 keys, all the next query can see. The mask that limits what each
+            query sees is the caller's (`TransformerStack` builds one per window).
     """
 
     def __init__(
@@ -193,12 +207,14 @@ class MultiHeadAttention(_Attention):
         d_model: int,
         n_heads: int,
         n_kv_heads: int | None = None,
+        window: int | None = None,
         attn_dropout: float = 0.0,
         resid_dropout: float = 0.0,
         bias: bool = True,
         scale: float | None = None,
         qk_norm: str = "none",
         norm_eps: float = 1e-5,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(
             d_model=d_model,
@@ -209,15 +225,22 @@ class MultiHeadAttention(_Attention):
             scale=scale,
             qk_norm=qk_norm,
             norm_eps=norm_eps,
+            softcap=softcap,
         )
         self.n_kv_heads = n_kv_heads or n_heads  # ModelConfig checks n_heads % n_kv_heads
+        self.window = window
         kv_width = self.n_kv_heads * (d_model // n_heads)
         self.qkv = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)  # [q | k | v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> MultiHeadAttention:
-        return cls(**attention_arguments(config), n_kv_heads=config.n_kv_heads)
+    def from_config(cls, config: ModelConfig, *, layer: int = 0) -> MultiHeadAttention:
+        """Layer `layer`'s self-attention: its window is `config.window_of(layer)`."""
+        return cls(
+            **attention_arguments(config),
+            n_kv_heads=config.n_kv_heads,
+            window=config.window_of(layer),
+        )
 
     def forward(
         self,
@@ -249,7 +272,8 @@ class MultiHeadAttention(_Attention):
         if rotation is not None:
             q, k = apply_rotary(q, *rotation), apply_rotary(k, *rotation)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, nkv, S, hs): the cache keeps the shared heads
+            # (B, nkv, S, hs): the cache keeps the shared heads, and a window's last window - 1
+            k, v = cache.append(k, v, keep=None if self.window is None else self.window - 1)
         if kv != self.n_heads:  # each key/value head serves n_heads / kv consecutive queries
             k = k.repeat_interleave(self.n_heads // kv, dim=1)  # (B, nh, S, hs)
             v = v.repeat_interleave(self.n_heads // kv, dim=1)
@@ -281,6 +305,7 @@ class CrossAttention(_Attention):
         scale: float | None = None,
         qk_norm: str = "none",
         norm_eps: float = 1e-5,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(
             d_model=d_model,
@@ -291,6 +316,7 @@ class CrossAttention(_Attention):
             scale=scale,
             qk_norm=qk_norm,
             norm_eps=norm_eps,
+            softcap=softcap,
         )
         self.q = nn.Linear(d_model, d_model, bias=bias)
         self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)

@@ -27,7 +27,12 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from xfmr.keys import unknown_key
-from xfmr.nn.config_checks import check_heads, check_positions
+from xfmr.nn.config_checks import (
+    check_attention,
+    check_heads,
+    check_positions,
+    check_rope_scaling,
+)
 from xfmr.nn.key import (
     ARCHS,
     TRANSFORMER_ARCHS,
@@ -39,19 +44,31 @@ from xfmr.nn.key import (
     key_of,
     yaml_text,
 )
+from xfmr.nn.pos_config import (
+    EXTENDING_POSITIONS,
+    POS_NAMES,
+    POSITION_KINDS,
+    TARGET,
+    PosConfig,
+)
 
-__all__ = ["ARCHS", "TRANSFORMER_ARCHS", "ModelConfig", "PosConfig", "default_of", "width_step"]
+__all__ = [
+    "ARCHS",
+    "EXTENDING_POSITIONS",
+    "POSITION_KINDS",
+    "POS_NAMES",
+    "TARGET",
+    "TRANSFORMER_ARCHS",
+    "ModelConfig",
+    "PosConfig",
+    "default_of",
+    "width_step",
+]
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none", *NORMS)
-PLACEMENTS = ("pre", "post")
+PLACEMENTS = ("pre", "post", "sandwich")
 ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
-# The names of `xfmr.nn.positions.POSITIONS` (a test keeps the two in step).
-POS_NAMES = ("none", "sinusoidal", "learned", "relative", "rotary", "alibi")
-# The schemes that give a position past the length a model trained on, from a formula or from
-# key-query distances, so that it can be run on longer sequences (`extend_positions`); learned
-# positions are only the rows their table holds.
-EXTENDING_POSITIONS = ("none", "sinusoidal", "relative", "rotary", "alibi")
 # Which positional schemes each architecture can use: an RNN orders tokens by recurrence.
 ARCH_POSITIONS = {
     "decoder": POS_NAMES,
@@ -61,68 +78,6 @@ ARCH_POSITIONS = {
 }
 # Segment (token-type) embeddings belong to an encoder stack (BERT).
 SEGMENT_ARCHS = ("encoder", "encoder_decoder")
-# Where a positional scheme acts (`xfmr.nn.positions.PositionScheme.kind`).
-POSITION_KINDS = ("absolute", "bias", "rotary")
-TARGET = "_target_"  # the key that names a plugged-in part's class, as Hydra spells it
-
-
-@dataclass(frozen=True)
-class PosConfig:
-    """The positional scheme (`model.pos`): `name` picks the class from
-    `xfmr.nn.positions.POSITIONS`, or `_target_` names one of your own (`xfmr.nn.parts`)."""
-
-    name: str = key(
-        "learned",
-        "the scheme: none, sinusoidal (Vaswani et al. 2017), learned (GPT, BERT), relative "
-        "(T5), rotary (Su et al. 2021), alibi (Press et al. 2022), or your own's name",
-        choices=POS_NAMES,
-    )
-    max_positions: int | None = key(
-        1024,
-        "table size for learned (a hard limit on length) and sinusoidal; unused otherwise",
-        fine_tune=True,
-        exports=True,
-    )
-    num_buckets: int = key(32, "relative: buckets of relative distance (T5: 32)", exports=True)
-    max_distance: int = key(
-        128, "relative: distances at or beyond this share the last bucket (T5: 128)", exports=True
-    )
-    rotary_base: float = key(
-        10000.0, "rotary: the base of the angle frequencies (RoFormer: 10000)", exports=True
-    )
-    target: str | None = key(None, "a scheme of your own: its class, `_target_` in YAML")
-    options: dict[str, Any] = key({}, "your scheme's own arguments, beside `_target_` in YAML")
-
-    def __post_init__(self) -> None:
-        check_types("pos.", self)
-        if self.target is None:
-            check_choice("pos.name", self.name, POS_NAMES)
-        if self.max_positions is not None and self.max_positions < 1:
-            raise ValueError(
-                f"pos.max_positions={self.max_positions} must be a positive integer, or null"
-            )
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> PosConfig:
-        """From `model.pos` as YAML spells it: with `_target_`, the keys that are not fields
-        are the scheme's own options."""
-        values = dict(values)
-        target = values.pop(TARGET, None) or values.pop("target", None)
-        known = {f.name for f in fields(cls)} - {"target", "options"}
-        options = {**values.pop("options", {}), **{k: values.pop(k) for k in set(values) - known}}
-        if options and target is None:
-            raise ValueError(unknown_key("model.pos", sorted(options)[0], known))
-        return cls(**values, target=target, options=options)
-
-    def to_dict(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        target, options = values.pop("target"), values.pop("options")
-        return {**values, TARGET: target, **options} if target else values
-
-    @property
-    def extends(self) -> bool:
-        """Whether positions past those trained on have a value (all but a learned table)."""
-        return self.name in EXTENDING_POSITIONS or self.target is not None
 
 
 @dataclass(frozen=True)
@@ -192,7 +147,8 @@ class ModelConfig:
     norm_eps: float = key(1e-5, "the norms' epsilon", archs=TRANSFORMER_ARCHS, exports=True)
     placement: str = key(
         "pre",
-        "post: x = norm(x + f(x)) (Vaswani et al. 2017); pre: x + f(norm(x)) (Xiong et al. 2020)",
+        "post: x = norm(x + f(x)) (Vaswani et al. 2017); pre: x + f(norm(x)) (Xiong et al. "
+        "2020); sandwich: x + norm(f(norm(x))) (Ding et al. 2021; Gemma 2's four norms a block)",
         archs=TRANSFORMER_ARCHS,
         choices=PLACEMENTS,
     )
@@ -202,6 +158,28 @@ class ModelConfig:
         "q and k normalised per head before positions (OLMo 2, Qwen3)",
         archs=TRANSFORMER_ARCHS,
         choices=QK_NORMS,
+    )
+    window: int | None = key(
+        None,
+        "sliding-window attention: a query sees the keys fewer than this many positions away "
+        "(causal: itself and window - 1 before; Beltagy et al. 2020, Mistral); null: all",
+        archs=TRANSFORMER_ARCHS,
+    )
+    global_every: int | None = key(
+        None,
+        "with window: every global_every-th layer sees all keys, the rest their window "
+        "(Gemma 2: 2, local and global alternating); null: every layer windowed",
+        archs=TRANSFORMER_ARCHS,
+    )
+    attn_softcap: float | None = key(
+        None,
+        "attention scores capped to cap * tanh(s / cap) before the softmax (Gemma 2: 50)",
+        archs=TRANSFORMER_ARCHS,
+    )
+    logit_softcap: float | None = key(
+        None,
+        "the LM's output logits capped to cap * tanh(x / cap) (Gemma 2: 30)",
+        archs=("decoder", "encoder_decoder"),
     )
     tie_embeddings: bool = key(
         True, "the LM head is the token embedding (Press & Wolf 2017)", fine_tune=True, exports=True
@@ -294,7 +272,16 @@ class ModelConfig:
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size={self.type_vocab_size} must be >= 0 (0 = none)")
         check_heads(self)
+        check_attention(self)
+        check_rope_scaling(self.pos)
         check_positions(self, ARCH_POSITIONS[self.arch])
+
+    def window_of(self, layer: int) -> int | None:
+        """The sliding window of layer `layer` (0-based) of a stack; None where it sees all keys:
+        with global_every k, layers k - 1, 2k - 1, ... (Gemma 2, k = 2: the odd ones)."""
+        if self.window is None or (self.global_every and (layer + 1) % self.global_every == 0):
+            return None
+        return self.window
 
     @property
     def head_dim(self) -> int:

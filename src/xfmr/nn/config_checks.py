@@ -59,3 +59,51 @@ def check_positions(config: Any, allowed: Sequence[str]) -> None:
             )
     if pos.name == "rotary" and pos.rotary_base <= 1.0:
         raise ValueError(f"pos.rotary_base={pos.rotary_base} must be > 1")
+
+
+def check_attention(config: Any) -> None:
+    """Windows, their layer pattern and soft-caps are positive, and read by xfmr's attention."""
+    for name in ("window", "global_every"):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name}={value} must be a positive integer, or null")
+    if config.global_every is not None and config.window is None:
+        raise ValueError(
+            f"global_every={config.global_every} chooses which layers keep their window, "
+            "but window is null: set model.window, or leave global_every null"
+        )
+    for name in ("attn_softcap", "logit_softcap"):
+        value = getattr(config, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name}={value} must be a number > 0, or null (no cap)")
+    for name in ("window", "attn_softcap"):
+        if getattr(config, name) is not None and config.attention is not None:
+            raise ValueError(
+                f"{name} is read by xfmr's own attention, not by a model.attention of your "
+                f"own: leave {name} null, or pass it among your attention's arguments"
+            )
+
+
+def check_rope_scaling(pos: Any) -> None:
+    """Rotary scaling's factors are ones Llama 3.1's formula can use."""
+    if pos.rope_scaling == "none":
+        return
+    if pos.name != "rotary" or pos.target:
+        raise ValueError(
+            f"pos.rope_scaling={pos.rope_scaling!r} scales rotary frequencies, but "
+            f"pos.name={pos.name!r}: use pos=rotary, or pos.rope_scaling=none"
+        )
+    if not pos.rope_factor >= 1.0:
+        raise ValueError(f"pos.rope_factor={pos.rope_factor} must be >= 1")
+    if pos.rope_original_max_positions < 1:
+        raise ValueError(
+            f"pos.rope_original_max_positions={pos.rope_original_max_positions} must be >= 1"
+        )
+    if (
+        pos.rope_scaling == "llama3"
+        and not 0 < pos.rope_low_freq_factor < pos.rope_high_freq_factor
+    ):
+        raise ValueError(
+            f"pos.rope_low_freq_factor={pos.rope_low_freq_factor} and pos.rope_high_freq_factor="
+            f"{pos.rope_high_freq_factor} must satisfy 0 < low < high"
+        )

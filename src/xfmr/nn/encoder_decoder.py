@@ -8,6 +8,7 @@ from torch import nn
 from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import Encoder
+from xfmr.nn.flex import softcap
 from xfmr.nn.stack import TransformerStack
 from xfmr.nn.weights import ParameterCount, init_weights
 
@@ -77,7 +78,7 @@ class EncoderDecoder(ParameterCount, nn.Module):
         )  # (B, T, C)
         if self.logit_scale is not None:
             hidden = hidden * self.logit_scale
-        return self.lm_head(hidden)
+        return softcap(self.lm_head(hidden), self.config.logit_softcap)
 
     def forward(
         self,

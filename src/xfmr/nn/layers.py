@@ -109,22 +109,31 @@ class Block(nn.Module):
 
     `placement="post"` is the original x = LN(x + f(x)) (Vaswani et al. 2017);
     `placement="pre"` is x = x + f(LN(x)) (GPT-2; Xiong et al. 2020), which trains
-    without warm-up tricks and needs a final norm after the stack.
+    without warm-up tricks and needs a final norm after the stack; `placement="sandwich"` is
+    x = x + LN'(f(LN(x))) (Ding et al. 2021; Gemma 2's four norms a block), with the final norm.
+    `layer` is the block's index in its stack, which decides its window (ModelConfig.window_of).
     With `cross_attention`, a decoder layer of an encoder-decoder: causal self-attention, then
     attention over the encoder states, then the FFN (Vaswani et al. 2017, sec. 3.1).
     The self-attention and the FFN are the config's own parts where it names them
     (`xfmr.nn.parts`); cross-attention is always xfmr's.
     """
 
-    def __init__(self, config: ModelConfig, *, cross_attention: bool = False) -> None:
+    def __init__(
+        self, config: ModelConfig, *, cross_attention: bool = False, layer: int = 0
+    ) -> None:
         super().__init__()
         self.placement = config.placement
         self.attn_norm = norm_of(config)
-        self.attn = self_attention(config)
+        self.attn = self_attention(config, layer=layer)
         self.cross_norm = norm_of(config) if cross_attention else None
         self.cross_attn = CrossAttention.from_config(config) if cross_attention else None
         self.ffn_norm = norm_of(config)
         self.ffn = feed_forward(config)
+        # sandwich: a second norm on each sublayer's output before the residual (Gemma 2)
+        self.attn_post_norm = self.cross_post_norm = self.ffn_post_norm = None
+        if config.placement == "sandwich":
+            self.attn_post_norm, self.ffn_post_norm = norm_of(config), norm_of(config)
+            self.cross_post_norm = norm_of(config) if cross_attention else None
 
     def forward(
         self,
@@ -143,6 +152,12 @@ class Block(nn.Module):
         cache: this layer's keys and values from earlier decoding steps (see `KVCache`).
         """
         attend = dict(mask=mask, is_causal=is_causal, rotation=rotation, cache=cache)
+        if self.placement == "sandwich":
+            x = x + self.attn_post_norm(self.attn(self.attn_norm(x), **attend))
+            if self.cross_attn is not None:
+                cross = self.cross_attn(self.cross_norm(x), context, mask=context_mask, cache=cache)
+                x = x + self.cross_post_norm(cross)
+            return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
         if self.placement == "pre":
             x = x + self.attn(self.attn_norm(x), **attend)
             if self.cross_attn is not None:
@@ -154,10 +169,10 @@ class Block(nn.Module):
         return self.ffn_norm(x + self.ffn(x))
 
 
-def self_attention(config: ModelConfig) -> nn.Module:
+def self_attention(config: ModelConfig, *, layer: int = 0) -> nn.Module:
     """The config's self-attention: `model.attention`'s class, else MultiHeadAttention."""
     if config.attention is None:
-        return MultiHeadAttention.from_config(config)
+        return MultiHeadAttention.from_config(config, layer=layer)
     return build_part("model.attention", config.attention, attention_arguments(config))
 
 

@@ -23,6 +23,24 @@ def causal_mask(
     return torch.ones(length, key_length, dtype=torch.bool, device=device).tril(key_length - length)
 
 
+def window_mask(
+    length: int,
+    window: int,
+    *,
+    causal: bool,
+    key_length: int | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Boolean (T, S) mask of a sliding window: True where key s is fewer than `window` positions
+    from query t, and (`causal`) not after it. As in `causal_mask`, the queries are the last T of
+    the S keys. Causal: the query and the window - 1 keys before it (Mistral's convention)."""
+    key_length = length if key_length is None else key_length
+    query = torch.arange(key_length - length, key_length, device=device)[:, None]  # (T, 1)
+    distance = query - torch.arange(key_length, device=device)[None, :]  # (T, S): t - s
+    near = distance.abs() < window
+    return near & (distance >= 0) if causal else near
+
+
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, S) with 1 for real tokens -> boolean (B, 1, 1, S) key mask."""
     return attention_mask.bool()[:, None, None, :]

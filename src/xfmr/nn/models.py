@@ -9,6 +9,7 @@ from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import EncoderLM
 from xfmr.nn.encoder_decoder import EncoderDecoder
+from xfmr.nn.flex import softcap
 from xfmr.nn.rnn import RNNLM
 from xfmr.nn.stack import TransformerStack
 from xfmr.nn.weights import ParameterCount, init_weights
@@ -52,7 +53,7 @@ class CausalLM(ParameterCount, nn.Module):
         the earlier tokens, extended by these (then `attention_mask` is (B, past + T)).
         """
         hidden = self.backbone(input_ids, attention_mask, positions=positions, cache=cache)
-        return self.lm_head(hidden)
+        return softcap(self.lm_head(hidden), self.config.logit_softcap)
 
 
 # arch -> the model `build_model` returns; each maps token ids to logits over the vocabulary.

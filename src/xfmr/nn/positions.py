@@ -31,6 +31,7 @@ from torch import nn
 
 from xfmr.nn.config import TARGET, ModelConfig
 from xfmr.nn.parts import build_part
+from xfmr.nn.rope import RopeScaling, rope_frequencies
 
 Rotation = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, hd), or (B, 1, T, hd) per row
 
@@ -327,15 +328,22 @@ class RotaryPositions(PositionScheme):
     """
 
     kind = "rotary"
-    options = ("d_model", "n_heads", "rotary_base")
+    options = ("d_model", "n_heads", "rotary_base", "rope_scaling")
 
-    def __init__(self, *, d_model: int, n_heads: int, rotary_base: float = 10000.0) -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        rotary_base: float = 10000.0,
+        rope_scaling: RopeScaling | None = None,
+    ) -> None:
         super().__init__()
         head_dim = d_model // n_heads
         if head_dim % 2:
             raise ValueError(f"rotary positions need an even head dim, got {head_dim}")
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-        self.register_buffer("inv_freq", rotary_base**-exponents, persistent=False)  # (hd/2,)
+        inv_freq = rope_frequencies(head_dim, rotary_base, rope_scaling)  # (hd/2,), `xfmr.nn.rope`
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions: torch.Tensor) -> Rotation:
         """positions (T,) or (B, T) -> (cos, sin), each (..., T, head_dim), in float32."""
@@ -383,6 +391,7 @@ def build_positions(
     num_buckets: int = 32,
     max_distance: int = 128,
     rotary_base: float = 10000.0,
+    rope_scaling: RopeScaling | None = None,
     sinusoid_scale: float = 1.0,
 ) -> PositionScheme:
     """Build scheme `name`, passing it the arguments it names in its `options`.
@@ -400,6 +409,7 @@ def build_positions(
         num_buckets=num_buckets,
         max_distance=max_distance,
         rotary_base=rotary_base,
+        rope_scaling=rope_scaling,
         sinusoid_scale=sinusoid_scale,
     )
     return scheme(**{key: arguments[key] for key in scheme.options})
@@ -418,6 +428,7 @@ def scheme_of(config: ModelConfig, *, bidirectional: bool) -> PositionScheme:
             num_buckets=pos.num_buckets,
             max_distance=pos.max_distance,
             rotary_base=pos.rotary_base,
+            rope_scaling=RopeScaling.of(pos),
             sinusoid_scale=config.sinusoid_scale,
         )
     facts = dict(

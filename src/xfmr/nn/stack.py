@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -10,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.layers import Block, norm_of
-from xfmr.nn.masks import fold_masks, padding_mask
+from xfmr.nn.masks import combine_masks, fold_masks, padding_mask, window_mask
 from xfmr.nn.positions import scheme_of
 from xfmr.nn.weights import ParameterCount
 
@@ -54,9 +56,11 @@ class TransformerStack(ParameterCount, nn.Module):
         self.embed_norm = norm_of(config) if config.embed_norm else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            Block(config, cross_attention=cross_attention) for _ in range(n_layers)
+            Block(config, cross_attention=cross_attention, layer=i) for i in range(n_layers)
         )
-        self.final_norm = norm_of(config) if config.placement == "pre" else nn.Identity()
+        # the distinct sliding windows of the layers (None: a layer that sees every key)
+        self.windows = sorted({w for i in range(n_layers) if (w := config.window_of(i))})
+        self.final_norm = norm_of(config) if config.placement != "post" else nn.Identity()
 
     def embed(
         self,
@@ -112,11 +116,12 @@ class TransformerStack(ParameterCount, nn.Module):
         x = self.embed(input_ids, token_type_ids, offset=start, positions=positions)
         x = self.drop(x)  # (B, T, C)
         T = x.size(1)
-        mask, is_causal = self._self_attention_mask(attention_mask, T, past, start, x.device)
+        masks = self._self_attention_masks(attention_mask, T, past, start, x.device)
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
         recompute = self.config.activation_checkpointing and torch.is_grad_enabled()
         for index, block in enumerate(self.blocks):
+            mask, is_causal = masks[self.config.window_of(index)]
             attend = dict(
                 mask=mask,
                 is_causal=is_causal,
@@ -131,26 +136,36 @@ class TransformerStack(ParameterCount, nn.Module):
                 x = block(x, **attend)
         return self.final_norm(x)
 
-    def _self_attention_mask(
+    def _self_attention_masks(
         self,
         attention_mask: torch.Tensor | None,
         T: int,
         past: int,
         start: int,
         device: torch.device,
-    ) -> tuple[torch.Tensor | None, bool]:
-        """The one self-attention mask every layer uses for T new queries (the first at position
-        `start`) against `past` cached + T keys: padding, positional bias and causality folded."""
+    ) -> dict[int | None, tuple[torch.Tensor | None, bool]]:
+        """The self-attention masks the layers use for T new queries (the first at position
+        `start`) against `past` cached + T keys: padding, positional bias and causality folded
+        (`fold_masks`), keyed by window (None: every key). A window's mask also keeps each
+        query within it, and covers only the keys its layers' caches hold (the last
+        window - 1 of the past) and the new ones."""
         if attention_mask is not None and attention_mask.size(1) != past + T:
             raise ValueError(
                 f"attention_mask covers {attention_mask.size(1)} keys, but there are "
                 f"{past} cached + {T} new"
             )
-        return fold_masks(
-            None if attention_mask is None else padding_mask(attention_mask),
-            self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
+        padding = None if attention_mask is None else padding_mask(attention_mask)
+        fold = functools.partial(
+            fold_masks,
+            bias=self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
             is_causal=self.causal,
             query_length=T,
             key_length=past + T,
             device=device,
         )
+        masks = {None: fold(padding)}
+        for window in self.windows:
+            near = window_mask(T, window, causal=self.causal, key_length=past + T, device=device)
+            mask, _ = fold(combine_masks(near, padding))
+            masks[window] = (mask[..., past - min(past, window - 1) :], False)
+        return masks
