@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, token_loss_sum
+from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 
 
@@ -14,6 +14,7 @@ class CausalLMObjective(Objective):
 
     Args:
         pad_id: token id that never counts in the loss (None when blocks are never padded).
+        z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
     """
 
     name = "clm"
@@ -21,8 +22,9 @@ class CausalLMObjective(Objective):
     archs = ("decoder", "rnn")
     reads = "text"
 
-    def __init__(self, *, pad_id: int | None = None) -> None:
+    def __init__(self, *, pad_id: int | None = None, z_loss: float = 0.0) -> None:
         self.pad_id = pad_id
+        self.z_loss = checked_z_loss(z_loss)
 
     def bind(self, tokenizer) -> None:
         """Nothing to take from the tokenizer: blocks of text are never padded."""
@@ -39,7 +41,7 @@ class CausalLMObjective(Objective):
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Returns (the loss summed over counted tokens, logits (B, T, V))."""
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
+        return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A prompt is continued. Blocks of running text carry no </s>: only

@@ -1,5 +1,6 @@
 """What every objective uses: the label that does not count, the token-level loss (a sum, see
-`xfmr.objectives.terms`), padding rows into a batch, and the ids BERT's inputs are built with."""
+`xfmr.objectives.terms`) and PaLM's z-loss beside it, padding rows into a batch, and the ids
+BERT's inputs are built with."""
 
 from __future__ import annotations
 
@@ -13,19 +14,61 @@ if TYPE_CHECKING:
     from xfmr.text.tokenizers import TextTokenizer
 
 IGNORE_INDEX = -100
+# The loss term of PaLM's z-loss (`token_terms`), beside the cross-entropy's.
+Z_LOSS = "z_loss"
 
 
 def token_loss_sum(
     logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0
 ) -> torch.Tensor:
     """Cross-entropy summed over the tokens whose label is not IGNORE_INDEX; logits (B, T, V)."""
+    return _cross_entropy_sum(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing)
+
+
+def _cross_entropy_sum(
+    scores: torch.Tensor, labels: torch.Tensor, smoothing: float
+) -> torch.Tensor:
+    """scores (N, V) float, labels (N,)."""
     return F.cross_entropy(
-        logits.flatten(0, 1).float(),
-        labels.flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-        label_smoothing=label_smoothing,
+        scores, labels, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing
     )
+
+
+def checked_z_loss(z_loss: float) -> float:
+    """`objective.z_loss` as an objective's constructor takes it: a weight >= 0."""
+    if not z_loss >= 0:  # NaN too
+        raise ValueError(f"objective.z_loss={z_loss} must be >= 0 (0: off; PaLM used 1e-4)")
+    return float(z_loss)
+
+
+def z_loss_sum(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """PaLM's z-loss, unweighted (Chowdhery et al. 2022, sec. 5): log(Z)^2 summed over the
+    tokens whose label is not IGNORE_INDEX, Z = sum_k exp(score_k) the softmax's normaliser,
+    which the loss keeps near 1 (log Z near 0); scores (N, V), labels (N,)."""
+    log_z = torch.logsumexp(scores.float(), dim=-1)  # (N,)
+    return log_z.square().masked_fill(labels == IGNORE_INDEX, 0.0).sum()
+
+
+def token_terms(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    term: str = "tokens",
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+) -> dict[str, torch.Tensor]:
+    """The token cross-entropy's sum as loss term `term`, and with `z_loss` > 0 the term Z_LOSS:
+    z_loss * `z_loss_sum` over the same tokens (counted as `term` is: `Objective.counts`), an
+    auxiliary term that training optimises and the reported loss leaves out
+    (`xfmr.objectives.terms`). With z_loss = 0 the cross-entropy alone, as `token_loss_sum`
+    gives it. logits (B, T, V)."""
+    if not z_loss:
+        return {term: token_loss_sum(logits, labels, label_smoothing=label_smoothing)}
+    scores, flat = logits.flatten(0, 1).float(), labels.flatten()  # one float copy for both
+    return {
+        term: _cross_entropy_sum(scores, flat, label_smoothing),
+        Z_LOSS: z_loss * z_loss_sum(scores, flat),
+    }
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

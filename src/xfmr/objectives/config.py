@@ -15,9 +15,15 @@ from typing import Any
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.registry import ObjectiveFacts, data_choices, objective_facts, objectives
+from xfmr.objectives.registry import (
+    ObjectiveFacts,
+    data_choices,
+    objective_facts,
+    objectives,
+    shipped,
+)
 from xfmr.ranges import FRACTION, FRACTION_OPEN, STEPS, Number, NumberTable, check_numbers
-from xfmr.targets import Target, TargetSection
+from xfmr.targets import Target, TargetSection, parameters
 
 NUMBERS: NumberTable = {
     "max_length": ((STEPS,), None),
@@ -29,9 +35,30 @@ NUMBERS: NumberTable = {
     "mean_span_length": ((Number(low=1),), None),
     "n_sentinels": ((STEPS,), None),
     "max_answer_length": ((STEPS,), None),
+    # PaLM's z-loss weight (Chowdhery et al. 2022, sec. 5; `xfmr.objectives.common.z_loss_sum`).
+    "z_loss": ((Number(low=0),), None),
 }
+# The key of the z-loss's weight, taken by the objectives with vocabulary logits.
+Z_LOSS_KEY = "z_loss"
 # Tokenizers whose pieces mark where words start (`xfmr.text.tokenizers`).
 PRETRAINED_TOKENIZER = "pretrained"
+
+
+def _check_takes_z_loss(target: Target) -> None:
+    """objective.z_loss is set only for an objective that takes it (one with vocabulary logits
+    and a token cross-entropy), refused otherwise naming those that do."""
+    takes = parameters(target.path)
+    if Z_LOSS_KEY not in target.settings or takes is None or Z_LOSS_KEY in takes:
+        return
+    taking = [
+        name
+        for name, path in shipped("objective").items()
+        if Z_LOSS_KEY in (parameters(path) or ())
+    ]
+    raise UserError(
+        f"objective.z_loss is PaLM's z-loss on vocabulary logits: objective in {taking} takes "
+        f"it; objective={objective_facts(target.path).name} has no vocabulary head"
+    )
 
 
 @dataclass(frozen=True)
@@ -48,7 +75,9 @@ class ObjectiveConfig(TargetSection):
 
     @classmethod
     def read(cls, values: Mapping[str, Any]) -> ObjectiveConfig:
-        target = Target.read("objective", values)
+        target = Target.read("objective", values, check_keys=False)
+        _check_takes_z_loss(target)
+        target.check_keys("objective")
         check_numbers("objective", target.settings, NUMBERS)
         facts = objective_facts(target.path)
         heads = facts.heads

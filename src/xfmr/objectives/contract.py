@@ -25,6 +25,12 @@ xfmr divides by the counts of everything one loss stands for: every micro-batch 
 step on every process in training (gradient accumulation, DDP), the whole split in validation.
 A `forward` that returns one scalar, the mean over its one term's counted targets, still works:
 it is taken as that mean (sum = mean * count).
+
+An objective whose head gives vocabulary logits scored by token cross-entropy (clm, mlm, mlm_nsp,
+seq2seq, span_corruption) takes `objective.z_loss`, PaLM's z-loss weight
+(`xfmr.objectives.common.z_loss_sum`), as the keyword `z_loss`, kept as `self.z_loss`; > 0 adds
+the auxiliary term Z_LOSS to its `forward` (`common.token_terms`) and to `counts`, counted as its
+cross-entropy's term (`z_loss_term`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from torchmetrics.text import Perplexity
 from xfmr.kinds import KINDS
 from xfmr.nn import ModelConfig, build_model
 from xfmr.nn.config import ARCHS
-from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS
 
 if TYPE_CHECKING:
     from xfmr.text.tokenizers import TextTokenizer
@@ -88,6 +94,8 @@ class Objective:
     uses_labels: ClassVar[bool] = False
     by_perplexity: ClassVar[bool] = True
     loss_terms: ClassVar[tuple[str, ...]] = ("tokens",)
+    # PaLM's z-loss weight: set from the keyword `z_loss` by the objectives that take it.
+    z_loss: float = 0.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -125,7 +133,8 @@ class Objective:
         the host right after collating, and on the device."""
         if len(self.loss_terms) != 1:
             raise NotImplementedError(f"objective {self.name} must count each of its loss terms")
-        return {self.loss_terms[0]: (batch["labels"] != IGNORE_INDEX).sum()}
+        (term,) = self.loss_terms
+        return z_loss_term({term: (batch["labels"] != IGNORE_INDEX).sum()}, self.z_loss, of=term)
 
     def forward(self, model: nn.Module, batch: Batch) -> tuple[dict[str, torch.Tensor], Any]:
         """({term: the SUM of its per-target losses over the batch}, logits); the terms are
@@ -145,6 +154,12 @@ class Objective:
     def text_task(self, tokenizer: TextTokenizer) -> TextTask | None:
         """How a model it trained writes text; None: it writes none (a classifier)."""
         return None
+
+
+def z_loss_term(counts: dict[str, torch.Tensor], z_loss: float, *, of: str) -> Batch:
+    """`counts`, with the z-loss term's where `z_loss` > 0: the count of the term `of`, the
+    cross-entropy over whose tokens it is summed, so that both divide by one count."""
+    return {**counts, Z_LOSS: counts[of]} if z_loss else counts
 
 
 def padding_id(tokenizer: TextTokenizer) -> int:

@@ -12,7 +12,7 @@ from torch import nn
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.common import IGNORE_INDEX, token_loss_sum
+from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
 
@@ -168,6 +168,7 @@ class MaskedLMObjective(Objective):
         head: "bert" (BERT's MLM head: dense, activation, norm, tied decoder and bias;
             `EncoderMaskedLM`) or "linear" (one projection tied to the embedding; `EncoderLM`).
         select_rate, mask_rate, random_rate, whole_word: see `TokenMasker`.
+        z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
     """
 
     name = "mlm"
@@ -186,10 +187,12 @@ class MaskedLMObjective(Objective):
         mask_rate: float = 0.8,
         random_rate: float = 0.1,
         whole_word: bool = False,
+        z_loss: float = 0.0,
     ) -> None:
         if head not in self.heads:
             raise ValueError(f"objective.head={head!r} is not one of {list(self.heads)}")
         self.head = head
+        self.z_loss = checked_z_loss(z_loss)
         self.masker = TokenMasker(
             select_rate=select_rate,
             mask_rate=mask_rate,
@@ -215,7 +218,7 @@ class MaskedLMObjective(Objective):
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = model(batch["input_ids"], batch.get("attention_mask"))
-        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
+        return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         return fill_masks(tokenizer)

@@ -12,8 +12,14 @@ from torchmetrics.text import Perplexity
 
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
-from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss_sum
-from xfmr.objectives.contract import Objective, TextTask
+from xfmr.objectives.common import (
+    IGNORE_INDEX,
+    bert_special_ids,
+    checked_z_loss,
+    pad_rows,
+    token_terms,
+)
+from xfmr.objectives.contract import Objective, TextTask, z_loss_term
 from xfmr.objectives.mlm import TokenMasker, fill_masks
 
 
@@ -134,6 +140,7 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
     Args:
         max_length: tokens per pair, specials included; the longer sentence is cut first.
         select_rate, mask_rate, random_rate, whole_word: see `xfmr.objectives.mlm.TokenMasker`.
+        z_loss: PaLM's z-loss weight on the MLM logits (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
     """
 
     name = "mlm_nsp"
@@ -154,8 +161,10 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
         mask_rate: float = 0.8,
         random_rate: float = 0.1,
         whole_word: bool = False,
+        z_loss: float = 0.0,
     ) -> None:
         super().__init__(max_length=max_length)
+        self.z_loss = checked_z_loss(z_loss)
         self.masker = TokenMasker(
             select_rate=select_rate,
             mask_rate=mask_rate,
@@ -194,10 +203,11 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
 
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         nsp_labels = batch["next_sentence_label"]
-        return {
+        counts = {
             "mlm": (batch["labels"] != IGNORE_INDEX).sum(),
             "nsp": (nsp_labels != IGNORE_INDEX).sum(),
         }
+        return z_loss_term(counts, self.z_loss, of="mlm")
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
@@ -206,7 +216,8 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
             batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
         )
         nsp = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
-        sums = {"mlm": token_loss_sum(mlm_logits, batch["labels"]), "nsp": nsp}
+        mlm = token_terms(mlm_logits, batch["labels"], term="mlm", z_loss=self.z_loss)
+        sums = {**mlm, "nsp": nsp}
         return sums, (mlm_logits, nsp_logits)
 
     def text_task(self, tokenizer) -> TextTask | None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss_sum
+from xfmr.objectives.common import (
+    IGNORE_INDEX,
+    checked_z_loss,
+    encoder_decoder_logits,
+    pad_rows,
+    token_loss_sum,
+    token_terms,
+)
 from xfmr.objectives.contract import Objective, TextTask
 
 
@@ -21,6 +28,7 @@ class Seq2SeqObjective(Objective):
 
     Args:
         label_smoothing: a in (1 - a) * onehot + a / K (the paper: 0.1).
+        z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
     """
 
     name = "seq2seq"
@@ -29,10 +37,11 @@ class Seq2SeqObjective(Objective):
     reads = "pairs"
     required_special_tokens = ("<pad>", "<s>", "</s>")
 
-    def __init__(self, *, label_smoothing: float = 0.1) -> None:
+    def __init__(self, *, label_smoothing: float = 0.1, z_loss: float = 0.0) -> None:
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"objective.label_smoothing={label_smoothing} must lie in [0, 1)")
         self.label_smoothing = label_smoothing
+        self.z_loss = checked_z_loss(z_loss)
         self.pad_id = self.bos_id = self.eos_id = None
 
     def bind(self, tokenizer) -> None:
@@ -59,7 +68,8 @@ class Seq2SeqObjective(Objective):
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = encoder_decoder_logits(model, batch)
         smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
-        return {"tokens": smoothed_loss(logits, batch["labels"], smoothing)}, logits
+        terms = token_terms(logits, batch["labels"], label_smoothing=smoothing, z_loss=self.z_loss)
+        return terms, logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A source + </s> is read; the target is written from <s> up to </s>."""

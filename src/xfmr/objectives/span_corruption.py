@@ -7,7 +7,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, encoder_decoder_logits, pad_rows, token_loss_sum
+from xfmr.objectives.common import (
+    IGNORE_INDEX,
+    checked_z_loss,
+    encoder_decoder_logits,
+    pad_rows,
+    token_terms,
+)
 from xfmr.objectives.contract import Objective, TextTask
 
 
@@ -65,7 +71,13 @@ def corrupt(
 
 class SpanCorruptionObjective(Objective):
     """Span corruption on blocks of text for an encoder-decoder; decoder inputs are the targets
-    shifted right behind a start token (<pad>, as in T5)."""
+    shifted right behind a start token (<pad>, as in T5).
+
+    Args:
+        noise_density, mean_span_length: the fraction of tokens dropped, in spans of this mean.
+        n_sentinels: the sentinels <extra_id_k> the tokenizer gets: more than the spans.
+        z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
+    """
 
     name = "span_corruption"
     # Spans are written out by a decoder that reads the corrupted input: an encoder-decoder.
@@ -73,7 +85,12 @@ class SpanCorruptionObjective(Objective):
     reads = "text"
 
     def __init__(
-        self, *, noise_density: float = 0.15, mean_span_length: float = 3.0, n_sentinels: int = 100
+        self,
+        *,
+        noise_density: float = 0.15,
+        mean_span_length: float = 3.0,
+        n_sentinels: int = 100,
+        z_loss: float = 0.0,
     ) -> None:
         if not 0.0 < noise_density < 1.0:
             raise ValueError(f"objective.noise_density={noise_density} must lie in (0, 1)")
@@ -82,6 +99,7 @@ class SpanCorruptionObjective(Objective):
         self.noise_density = noise_density
         self.mean_span_length = mean_span_length
         self.n_sentinels = n_sentinels
+        self.z_loss = checked_z_loss(z_loss)
         self.required_special_tokens = ("<pad>", "</s>", *(sentinel(i) for i in range(n_sentinels)))
         self.pad_id = self.eos_id = None
         self.sentinel_ids: list[int] = []
@@ -119,7 +137,7 @@ class SpanCorruptionObjective(Objective):
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         logits = encoder_decoder_logits(model, batch)
-        return {"tokens": token_loss_sum(logits, batch["labels"])}, logits
+        return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
 
     def text_task(self, tokenizer) -> TextTask | None:
         """T5 (Raffel et al. 2020): the decoder starts at <pad>; sentinels stay in the output."""

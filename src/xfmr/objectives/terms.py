@@ -7,11 +7,17 @@ counts, added over the terms: the loss of one batch holding them all. Gradient a
 DDP divide by the counts of the whole optimizer step (`xfmr.training.module`), and validation
 and xfmr-eval by those of the whole split (`TermLoss`), where a mean per batch would weight a
 batch of few targets as much as one of many (mean of means).
+
+An objective may return auxiliary terms beside its `loss_terms`, each with its own count: PaLM's
+z-loss (`xfmr.objectives.common.token_terms`), counted over the tokens its cross-entropy
+counts. Training optimises every term returned (`divided`), and logs each auxiliary term's part
+of the step's loss as `train/TERM` (`xfmr.training.module.XfmrModule.step_terms`); the reported
+loss, validation's and xfmr-eval's (`TermLoss`), is that of `loss_terms` alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torchmetrics import Metric
@@ -40,6 +46,12 @@ def loss_sums(name: str, loss: torch.Tensor | Mapping[str, torch.Tensor], counts
     return {term: loss * count}
 
 
+def auxiliary(terms: Iterable[str], reported: tuple[str, ...]) -> tuple[str, ...]:
+    """The terms of `terms` that the reported loss (`reported`, an objective's `loss_terms`)
+    leaves out."""
+    return tuple(t for t in terms if t not in reported)
+
+
 def divided(sums: Terms, totals: Terms) -> torch.Tensor:
     """sum over terms of sums[t] / totals[t]; a term with nothing counted adds 0, not NaN."""
     first, *rest = (sums[t].float() / totals[t].clamp(min=1) for t in sums)
@@ -48,7 +60,8 @@ def divided(sums: Terms, totals: Terms) -> torch.Tensor:
 
 class TermLoss(Metric):
     """The loss over every batch it is given, term by term (sum of sums / sum of counts, added
-    over the terms); the states are sums, so DDP's sync adds the processes' together.
+    over the terms); the states are sums, so DDP's sync adds the processes' together. Terms
+    given beyond `terms` (auxiliary ones, PaLM's z-loss) are left out.
 
     Args:
         terms: the objective's loss terms (`Objective.loss_terms`).

@@ -12,7 +12,8 @@ process (`xfmr.objectives.terms`): each micro-batch's per-term sums are divided 
 totals of counted targets, which the training loader attaches to each batch of the window
 (`xfmr.data.order.WINDOW_COUNTS`) and which are added over the processes on the device. A mean
 per micro-batch, averaged by accumulation and by DDP, would weight a micro-batch of few targets
-as much as one of many.
+as much as one of many. An objective's auxiliary terms (PaLM's z-loss) are optimised with the
+rest, and their parts of the step's loss are kept apart for the logs (`step_terms`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from xfmr.data.order import COUNTS, WINDOW_COUNTS, seed_step
 from xfmr.objectives.contract import Objective
-from xfmr.objectives.terms import TermLoss, Terms, divided, loss_sums
+from xfmr.objectives.terms import TermLoss, Terms, auxiliary, divided, loss_sums
 from xfmr.training.cadence import is_logging_step
 from xfmr.training.compiling import CompiledStep
 from xfmr.training.earlier_checkpoints import from_automatic_optimization
@@ -110,6 +111,7 @@ class XfmrModule(L.LightningModule):
         self._skips_on_device = False
         self._guarded: list[tuple[str, nn.Parameter]] = []
         self._step_loss: torch.Tensor | None = None  # this rank's part of the step's loss
+        self._step_terms: Terms = {}  # this rank's part of each auxiliary term's
         self._sharded = False
         self.val_loss = TermLoss(objective.loss_terms)
         self.val_metrics = nn.ModuleDict(objective.metrics())
@@ -138,6 +140,7 @@ class XfmrModule(L.LightningModule):
         counts = [self._counts(batch) for batch in window]
         totals = self._totals(window, counts)
         step_loss = None
+        self._step_terms = {}
         for index, (batch, batch_counts) in enumerate(zip(window, counts, strict=True)):
             with self._gradient_sync(held=index < len(window) - 1):
                 share = self._backward(batch, batch_counts, totals)
@@ -151,7 +154,12 @@ class XfmrModule(L.LightningModule):
             torch.compiler.cudagraph_mark_step_begin()
         seed_step(batch)  # dropout's numbers, from the micro-batch's place in the run
         loss, _ = self.training_loss(self.model, batch)
-        share = divided(loss_sums(self.objective.name, loss, counts), totals)
+        sums = loss_sums(self.objective.name, loss, counts)
+        share = divided(sums, totals)
+        for term in auxiliary(sums, self.objective.loss_terms):
+            part = divided({term: sums[term].detach()}, totals)
+            kept = self._step_terms.get(term)
+            self._step_terms[term] = part if kept is None else kept + part
         # DDP and FSDP average the gradients over the processes (torch's contract for both);
         # each process's loss is its sums over the step's totals on all of them, so the world
         # size makes that mean their sum: the gradient of the step's sum over its targets
@@ -194,7 +202,7 @@ class XfmrModule(L.LightningModule):
             totals = {term: sum(c[term] for c in counts) for term in counts[0]}
         if self.trainer.world_size == 1:
             return totals  # this process's window is the step's: nothing to add or stack
-        terms = self.objective.loss_terms
+        terms = tuple(totals)  # `loss_terms` and the objective's auxiliary terms
         summed = self._all_ranks(torch.stack([totals[t] for t in terms]))
         return dict(zip(terms, summed.unbind(), strict=True))
 
@@ -216,6 +224,16 @@ class XfmrModule(L.LightningModule):
         if self._step_loss is None:
             return None
         return self._all_ranks(self._step_loss)
+
+    def step_terms(self) -> dict[str, torch.Tensor]:
+        """The last optimizer step's auxiliary terms (`xfmr.objectives.terms`), each its part of
+        `step_loss` (PaLM's z-loss: its weight times the mean log(Z)^2), added over the ranks
+        as `step_loss` is: logged as train/TERM at logging steps."""
+        if not self._step_terms:
+            return {}
+        names = tuple(self._step_terms)
+        summed = self._all_ranks(torch.stack([self._step_terms[t] for t in names]))
+        return dict(zip(names, summed.unbind(), strict=True))
 
     def _optimizer_step(self) -> None:
         """The update from the window's gradients: the guard's verdict, clipping, the step of

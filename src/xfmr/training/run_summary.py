@@ -142,6 +142,10 @@ class RunSummary(L.Callback):
         loss = _step_loss(pl_module, outputs)
         if loss is not None:
             self.shown["train/loss"] = float(loss)
+        # Auxiliary terms (PaLM's z-loss), the parts of train/loss that are not the objective's
+        # loss terms (`XfmrModule.step_terms`).
+        for term, value in getattr(pl_module, "step_terms", dict)().items():
+            self.shown[f"train/{term}"] = float(value)
         log_at_step(trainer, self.shown)
 
     def _count(self, batch: Any, tokens: int) -> None:
