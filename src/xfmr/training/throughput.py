@@ -67,7 +67,8 @@ class TrainingFlops:
     12 * d_model per query per key per layer (QK^T and AV, 2 FLOPs per multiply-add, times 3
     for the backward): nanoGPT's `6N + 12*L*H*Q*T` per token for a decoder, with the full
     T x T score matrix counted even where a causal mask skips half of it (as nanoGPT and PaLM
-    do). An encoder is counted the same way. For an encoder-decoder with S source and T target
+    do), or a sliding window (`model.window`) most of it: xfmr's windows are dense masks, so
+    the scores are all computed. An encoder is counted the same way. For an encoder-decoder with S source and T target
     tokens: the encoder's N over S tokens, the decoder's over T (cross-attention's key/value
     projections over S), self-attention over S^2 and T^2, cross-attention over T*S.
 
