@@ -236,3 +236,27 @@ def test_rope_scaling_equals_transformers(kind):
 def test_bad_settings_are_refused_naming_the_key(settings, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(vocab_size=8, **settings)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_flex_attention_on_a_gpu_equals_the_written_path():
+    """On a GPU a soft-capped model trains on compiled FlexAttention; its outputs and gradients
+    are the written-out softmax's (`record_attention` forces that path)."""
+    from xfmr.nn.attention import record_attention
+
+    model = _lm(window=4, global_every=2, attn_softcap=5.0, n_kv_heads=2).cuda().train()
+    ids = torch.randint(0, 50, (2, 16), device="cuda")
+    results = []
+    for written in (False, True):
+        model.zero_grad()
+        if written:
+            with record_attention(model):
+                logits = model(ids)
+        else:
+            logits = model(ids)
+        logits.square().mean().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (flex, flex_grads), (plain, plain_grads) = results
+    assert (flex - plain).abs().max() < 1e-4
+    for a, b in zip(flex_grads, plain_grads, strict=True):
+        assert (a - b).abs().max() < 1e-4
