@@ -46,6 +46,9 @@ class EncoderLM(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids: (B, T) -> logits (B, T, V)."""
-        return self.lm_head(self.backbone(input_ids, attention_mask, token_type_ids))
+        """input_ids: (B, T) -> logits (B, T, V); document_ids: (B, T) in packed rows."""
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
+        return self.lm_head(hidden)

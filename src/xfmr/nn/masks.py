@@ -41,6 +41,21 @@ def window_mask(
     return near & (distance >= 0) if causal else near
 
 
+def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids of packed rows -> boolean (B, 1, T, T), True where query and key
+    belong to the same document: a block-diagonal mask, so no example attends to another."""
+    return (document_ids[:, :, None] == document_ids[:, None, :])[:, None]
+
+
+def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids of packed rows -> (B, T) positions that restart at 0 where each
+    document starts (a new id, or the row's start)."""
+    columns = torch.arange(document_ids.size(1), device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    return columns - torch.where(starts, columns, 0).cummax(dim=1).values
+
+
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, S) with 1 for real tokens -> boolean (B, 1, 1, S) key mask."""
     return attention_mask.bool()[:, None, None, :]

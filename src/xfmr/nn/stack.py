@@ -12,7 +12,14 @@ from torch.utils.checkpoint import checkpoint
 from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.layers import Block, norm_of
-from xfmr.nn.masks import combine_masks, fold_masks, padding_mask, window_mask
+from xfmr.nn.masks import (
+    combine_masks,
+    document_mask,
+    document_positions,
+    fold_masks,
+    padding_mask,
+    window_mask,
+)
 from xfmr.nn.positions import scheme_of
 from xfmr.nn.weights import ParameterCount
 
@@ -95,6 +102,7 @@ class TransformerStack(ParameterCount, nn.Module):
         offset: int = 0,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids (B, T) -> hidden states (B, T, C).
 
@@ -108,15 +116,25 @@ class TransformerStack(ParameterCount, nn.Module):
             a bias sees key - query differences only, which the columns give exactly.
         cache: keys and values of earlier calls; this call appends the new tokens' and runs
             them against all past + T keys.
+        document_ids: (B, T) which example each token belongs to, in rows that pack several:
+            each attends only within its own (`document_mask`), and positions restart at each
+            (`document_positions`); a bias scheme needs no restart, since it reads key - query
+            differences, equal within one example wherever it sits in the row.
         """
         if self.cross_attention and context is None:
             raise ValueError("a stack with cross-attention needs the encoder states `context`")
+        if document_ids is not None:
+            if cache is not None or positions is not None:
+                raise ValueError("packed rows (document_ids) take no cache and no positions")
+            positions = document_positions(document_ids)
         past = 0 if cache is None else cache.length
         start = offset + past  # position (column) of the first new token
         x = self.embed(input_ids, token_type_ids, offset=start, positions=positions)
         x = self.drop(x)  # (B, T, C)
         T = x.size(1)
-        masks = self._self_attention_masks(attention_mask, T, past, start, x.device)
+        masks = self._self_attention_masks(
+            attention_mask, T, past, start, x.device, documents=document_ids
+        )
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
         recompute = self.config.activation_checkpointing and torch.is_grad_enabled()
@@ -143,6 +161,8 @@ class TransformerStack(ParameterCount, nn.Module):
         past: int,
         start: int,
         device: torch.device,
+        *,
+        documents: torch.Tensor | None = None,
     ) -> dict[int | None, tuple[torch.Tensor | None, bool]]:
         """The self-attention masks the layers use for T new queries (the first at position
         `start`) against `past` cached + T keys: padding, positional bias and causality folded
@@ -155,6 +175,8 @@ class TransformerStack(ParameterCount, nn.Module):
                 f"{past} cached + {T} new"
             )
         padding = None if attention_mask is None else padding_mask(attention_mask)
+        if documents is not None:  # packed rows: each example sees only itself
+            padding = combine_masks(padding, document_mask(documents))
         fold = functools.partial(
             fold_masks,
             bias=self.pos.attention_bias(T, offset=start, key_length=past + T),  # (1, H, T, S)
