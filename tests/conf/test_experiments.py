@@ -174,6 +174,21 @@ EXPERIMENTS: dict[str, Expected] = {
         },
         pos="relative",
     ),
+    # The Llama line (tests/interop/test_families.py holds each to its transformers class).
+    "llama3": Expected(
+        "CausalLMObjective",
+        ("val/ppl",),
+        {"n_kv_heads": 2, "activation": "swiglu", "tie_embeddings": False},
+        pos="rotary",
+    ),
+    "mistral": Expected("CausalLMObjective", ("val/ppl",), {"window": 32}, pos="rotary"),
+    "qwen3": Expected("CausalLMObjective", ("val/ppl",), {"qk_norm": "rmsnorm"}, pos="rotary"),
+    "gemma2": Expected(
+        "CausalLMObjective",
+        ("val/ppl",),
+        {"placement": "sandwich", "window": 16, "global_every": 2, "logit_softcap": 30.0},
+        pos="rotary",
+    ),
 }
 
 SHRINK = ["size=tiny"]  # with conftest's 2 steps, batches of 4, one validation batch

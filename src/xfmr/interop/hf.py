@@ -1,15 +1,16 @@
-"""Hugging Face interop: GPT-2, Llama, BERT (each task head) and T5 checkpoints as xfmr models,
-weight for weight (`xfmr.interop.hf_export` goes the other way).
+"""Hugging Face interop: GPT-2, the Llama line (Llama, Mistral, Qwen3, Gemma 2), BERT (each task
+head) and T5 checkpoints as xfmr models, weight for weight (`xfmr.interop.hf_export` goes the
+other way).
 
     config_from_hf(hf_config)  -> ModelConfig        the xfmr shape of an HF config
     from_hf(hf_model)          -> xfmr model         build it and copy every weight
     load_pretrained(path)      -> xfmr model         the same from a local checkpoint directory
     load_into(model, path)     -> Transfer           copy a checkpoint into a model already built
 
-Each family (`hf_families`) has config functions (`hf_configs`) and a weight table
-(`hf_weights`) that writes the state-dict mapping out name by name; a weight left over on either
-side is an error that lists it. `transformers` is imported only inside the functions that read a
-checkpoint from disk; `from_hf` needs only the model object.
+Each family (`hf_families`) has config functions (`hf_configs`, `hf_configs_llama`) and a
+weight table (`hf_weights`) that writes the state-dict mapping out name by name; a weight left
+over on either side is an error that lists it. `transformers` is imported only inside the
+functions that read a checkpoint from disk; `from_hf` needs only the model object.
 
 Settings xfmr cannot reproduce are refused with a ValueError naming the HF field and its value.
 """
@@ -51,7 +52,8 @@ def hf_model_config(path: str | Path, **training: Any) -> ModelConfig:
 
 
 def config_from_hf(hf_config: Any) -> ModelConfig:
-    """The ModelConfig of a transformers GPT2Config, LlamaConfig, BertConfig or T5Config.
+    """The ModelConfig of a transformers config of a family xfmr maps (GPT2Config, LlamaConfig,
+    MistralConfig, Qwen3Config, Gemma2Config, BertConfig, T5Config).
 
     Raises:
         ValueError: naming the HF field and value xfmr cannot reproduce.

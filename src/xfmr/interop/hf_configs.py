@@ -1,6 +1,7 @@
-"""Hugging Face configs <-> xfmr ModelConfigs, two functions per family (GPT-2, Llama, BERT,
-T5): `<family>_config` reads an HF config, `<family>_hf_config` writes one, side by side so a
-field's name and meaning are stated in one place.
+"""Hugging Face configs <-> xfmr ModelConfigs, two functions per family (GPT-2, BERT, T5; the
+rotary decoders of the Llama line are in `hf_configs_llama`): `<family>_config` reads an HF
+config, `<family>_hf_config` writes one, side by side so a field's name and meaning are stated
+in one place.
 
 A setting xfmr cannot reproduce is refused with a ValueError naming the HF field and its value;
 which xfmr settings each family represents is `xfmr.interop.hf_families`' business.
@@ -31,22 +32,20 @@ T5_FEED_FORWARD = {
     "gated-silu": "swiglu",
     "gated-gelu_python": "geglu",  # HF rewrites "gated-gelu" to the tanh form; this is exact
 }
-# Llama's MLP is always gated: act(gate_proj x) * up_proj x.
-LLAMA_ACTIVATIONS = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}
 
 
-def _written(table: dict[str, str], activation: str) -> str:
+def hf_name(table: dict[str, str], activation: str) -> str:
     """The HF name of xfmr `activation` in `table` (the first that reads back as it)."""
     return next(name for name, ours in table.items() if ours == activation)
 
 
-def _require(hf_config: Any, field: str, expected: Any, why: str) -> None:
+def require_field(hf_config: Any, field: str, expected: Any, why: str) -> None:
     value = getattr(hf_config, field, expected)
     if value != expected:
         raise ValueError(f"{hf_config.model_type} {field}={value!r} is not supported: {why}")
 
 
-def _activation(hf_config: Any, field: str, table: dict[str, str]) -> str:
+def read_activation(hf_config: Any, field: str, table: dict[str, str]) -> str:
     value = getattr(hf_config, field)
     if not isinstance(value, str) or value not in table:
         raise ValueError(
@@ -56,8 +55,10 @@ def _activation(hf_config: Any, field: str, table: dict[str, str]) -> str:
 
 
 def gpt2_config(hf: Any) -> ModelConfig:
-    _require(hf, "add_cross_attention", False, "xfmr's decoder-only stack has no cross-attention")
-    _require(hf, "scale_attn_by_inverse_layer_idx", False, "xfmr scales every layer alike")
+    require_field(
+        hf, "add_cross_attention", False, "xfmr's decoder-only stack has no cross-attention"
+    )
+    require_field(hf, "scale_attn_by_inverse_layer_idx", False, "xfmr scales every layer alike")
     # reorder_and_upcast_attn only changes mixed-precision numerics (SDPA softmaxes in fp32 anyway).
     if hf.embd_pdrop != hf.resid_pdrop:
         raise ValueError(
@@ -73,7 +74,7 @@ def gpt2_config(hf: Any) -> ModelConfig:
         d_ff=hf.n_inner,  # None: 4 * d_model, as in GPT-2
         dropout=hf.resid_pdrop,
         attn_dropout=hf.attn_pdrop,
-        activation=_activation(hf, "activation_function", HF_ACTIVATIONS),
+        activation=read_activation(hf, "activation_function", HF_ACTIVATIONS),
         norm="layernorm",
         norm_eps=hf.layer_norm_epsilon,
         placement="pre",
@@ -86,12 +87,12 @@ def gpt2_config(hf: Any) -> ModelConfig:
 
 
 def bert_config(hf: Any) -> ModelConfig:
-    _require(hf, "is_decoder", False, "xfmr's encoder attends both ways")
-    _require(hf, "add_cross_attention", False, "xfmr's encoder has no cross-attention")
-    _require(hf, "position_embedding_type", "absolute", "xfmr maps learned absolute positions")
+    require_field(hf, "is_decoder", False, "xfmr's encoder attends both ways")
+    require_field(hf, "add_cross_attention", False, "xfmr's encoder has no cross-attention")
+    require_field(hf, "position_embedding_type", "absolute", "xfmr maps learned absolute positions")
     # Untied, HF's forward adds `cls.predictions.decoder.bias` and never reads
     # `cls.predictions.bias`; xfmr's MLM head has the one output bias.
-    _require(hf, "tie_word_embeddings", True, "xfmr maps BERT's tied MLM decoder")
+    require_field(hf, "tie_word_embeddings", True, "xfmr maps BERT's tied MLM decoder")
     return ModelConfig(
         vocab_size=hf.vocab_size,
         arch="encoder",
@@ -101,7 +102,7 @@ def bert_config(hf: Any) -> ModelConfig:
         d_ff=hf.intermediate_size,
         dropout=hf.hidden_dropout_prob,
         attn_dropout=hf.attention_probs_dropout_prob,
-        activation=_activation(hf, "hidden_act", HF_ACTIVATIONS),
+        activation=read_activation(hf, "hidden_act", HF_ACTIVATIONS),
         norm="layernorm",
         norm_eps=hf.layer_norm_eps,
         placement="post",
@@ -136,7 +137,7 @@ def t5_config(hf: Any) -> ModelConfig:
         # T5 also drops out inside the FFN and after each final norm; xfmr does not (train only).
         dropout=hf.dropout_rate,
         attn_dropout=hf.dropout_rate,
-        activation=_activation(hf, "feed_forward_proj", T5_FEED_FORWARD),
+        activation=read_activation(hf, "feed_forward_proj", T5_FEED_FORWARD),
         norm="rmsnorm",
         norm_eps=hf.layer_norm_epsilon,
         placement="pre",
@@ -162,74 +163,13 @@ def gpt2_hf_config(config: ModelConfig) -> dict[str, Any]:
         n_layer=config.n_layers,
         n_head=config.n_heads,
         n_inner=config.d_ff,
-        activation_function=_written(HF_ACTIVATIONS, config.activation),
+        activation_function=hf_name(HF_ACTIVATIONS, config.activation),
         resid_pdrop=config.dropout,
         embd_pdrop=config.dropout,
         attn_pdrop=config.attn_dropout,
         layer_norm_epsilon=config.norm_eps,
         initializer_range=config.init_std,
         scale_attn_weights=config.attn_scale,
-        tie_word_embeddings=config.tie_embeddings,
-    )
-
-
-def llama_config(hf: Any) -> ModelConfig:
-    kv_heads = getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads
-    _require(
-        hf,
-        "head_dim",
-        hf.hidden_size // hf.num_attention_heads,
-        "xfmr's head dim is d_model / n_heads",
-    )
-    _require(hf, "mlp_bias", hf.attention_bias, "xfmr has one `bias` for attention and the FFN")
-    rope = dict(getattr(hf, "rope_parameters", None) or {})
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(
-            f"llama rope_parameters.rope_type={rope['rope_type']!r} is not supported: xfmr's "
-            "rotary positions are the unscaled 'default'"
-        )
-    return ModelConfig(
-        vocab_size=hf.vocab_size,
-        arch="decoder",
-        n_layers=hf.num_hidden_layers,
-        n_heads=hf.num_attention_heads,
-        n_kv_heads=None if kv_heads == hf.num_attention_heads else kv_heads,
-        d_model=hf.hidden_size,
-        d_ff=hf.intermediate_size,
-        dropout=0.0,  # Llama drops out only attention weights
-        attn_dropout=hf.attention_dropout,
-        activation=_activation(hf, "hidden_act", LLAMA_ACTIVATIONS),
-        norm="rmsnorm",
-        norm_eps=hf.rms_norm_eps,
-        placement="pre",
-        bias=hf.attention_bias,
-        tie_embeddings=hf.tie_word_embeddings,
-        init_std=hf.initializer_range,
-        pos=PosConfig(
-            name="rotary",
-            max_positions=hf.max_position_embeddings,
-            rotary_base=float(rope.get("rope_theta", 10000.0)),
-        ),
-    )
-
-
-def llama_hf_config(config: ModelConfig) -> dict[str, Any]:
-    return dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.d_model,
-        intermediate_size=config.d_ff,
-        num_hidden_layers=config.n_layers,
-        num_attention_heads=config.n_heads,
-        num_key_value_heads=config.n_kv_heads or config.n_heads,
-        head_dim=config.head_dim,
-        hidden_act=_written(LLAMA_ACTIVATIONS, config.activation),
-        max_position_embeddings=config.pos.max_positions or 8192,  # rotary has no table limit
-        rms_norm_eps=config.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": config.pos.rotary_base},
-        attention_bias=config.bias,
-        mlp_bias=config.bias,
-        attention_dropout=config.attn_dropout,
-        initializer_range=config.init_std,
         tie_word_embeddings=config.tie_embeddings,
     )
 
@@ -243,7 +183,7 @@ def bert_hf_config(config: ModelConfig) -> dict[str, Any]:
         num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads,
         intermediate_size=config.d_ff,
-        hidden_act=_written(HF_ACTIVATIONS, config.activation),
+        hidden_act=hf_name(HF_ACTIVATIONS, config.activation),
         hidden_dropout_prob=config.dropout,
         attention_probs_dropout_prob=config.attn_dropout,
         classifier_dropout=config.dropout,
@@ -269,7 +209,7 @@ def t5_hf_config(config: ModelConfig) -> dict[str, Any]:
         relative_attention_max_distance=config.pos.max_distance,
         dropout_rate=config.dropout,
         layer_norm_epsilon=config.norm_eps,
-        feed_forward_proj=_written(T5_FEED_FORWARD, config.activation),
+        feed_forward_proj=hf_name(T5_FEED_FORWARD, config.activation),
         initializer_factor=1.0,
         tie_word_embeddings=config.tie_embeddings,
     )

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xfmr.interop.hf_families import FAMILIES, Family, families_of_model
+from xfmr.interop.hf_families import FAMILIES, Family, families_of_model, model_type_of
 from xfmr.interop.hf_weights import write_table
 from xfmr.nn.heads import SequenceClassification
 
@@ -89,16 +89,8 @@ def hf_config(model: nn.Module, family: Family, **extra: Any) -> Any:
     import transformers
 
     fields = {**family.hf_config(model.config), **extra}
-    config_class = transformers.AutoConfig.for_model(_model_type(family)).__class__
+    config_class = transformers.AutoConfig.for_model(model_type_of(family)).__class__
     return config_class(architectures=[family.hf_class], **fields)
-
-
-def _model_type(family: Family) -> str:
-    return {
-        "GPT2LMHeadModel": "gpt2",
-        "LlamaForCausalLM": "llama",
-        "T5ForConditionalGeneration": "t5",
-    }.get(family.hf_class, "bert")
 
 
 def to_hf(model: nn.Module, family: Family, **extra: Any) -> nn.Module:

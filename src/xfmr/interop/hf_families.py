@@ -15,7 +15,15 @@ from typing import Any
 from torch import nn
 
 from xfmr.interop import hf_configs as configs
-from xfmr.interop.hf_weights import Table, bert_table, gpt2_table, llama_table, t5_table
+from xfmr.interop import hf_configs_llama as llama_line
+from xfmr.interop.hf_weights import (
+    Table,
+    bert_table,
+    gemma2_table,
+    gpt2_table,
+    llama_table,
+    t5_table,
+)
 from xfmr.nn.config import ModelConfig, default_of
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.heads import (
@@ -40,13 +48,34 @@ GPT2_NEEDS = {
     **_ABSOLUTE,
 }
 LLAMA_NEEDS = {
-    "n_kv_heads": (None, "model.n_kv_heads"),  # any: num_key_value_heads
+    "n_kv_heads": (None, "model.n_kv_heads"),  # any (None or the model's own): num_key_value_heads
     "pos.name": ("rotary",),
     "norm": ("rmsnorm",),
     "placement": ("pre",),
-    "activation": tuple(configs.LLAMA_ACTIVATIONS.values()),
+    "activation": tuple(llama_line.LLAMA_ACTIVATIONS.values()),
     "embed_norm": (False,),
     **_ABSOLUTE,
+}
+# Mistral: every layer windowed (sliding_window), or none; no biases.
+MISTRAL_NEEDS = {**LLAMA_NEEDS, "bias": (False,), "window": (None, "model.window")}
+# Qwen3: q_norm and k_norm always; the windowed layers are listed (layer_types).
+QWEN3_NEEDS = {
+    **LLAMA_NEEDS,
+    "bias": (False,),
+    "qk_norm": ("rmsnorm",),
+    "window": (None, "model.window"),
+    "global_every": (None, "model.global_every"),
+}
+# Gemma 2: four norms a layer, scaled embeddings, soft-caps (None: off), windows by layer.
+GEMMA2_NEEDS = {
+    **LLAMA_NEEDS,
+    "placement": ("sandwich",),
+    "embed_scale": (True,),
+    "bias": (False,),
+    "window": (None, "model.window"),
+    "global_every": (None, "model.global_every"),
+    "attn_softcap": (None, "model.attn_softcap"),
+    "logit_softcap": (None, "model.logit_softcap"),
 }
 BERT_NEEDS = {
     "pos.name": ("learned",),
@@ -204,16 +233,50 @@ FAMILIES: dict[str, Family] = {
         GPT2_NEEDS,
         "text-generation",
     ),
-    "LlamaForCausalLM": Family(
-        "LlamaForCausalLM",
-        "AutoModelForCausalLM",
-        CausalLM,
-        configs.llama_config,
-        configs.llama_hf_config,
-        llama_table,
-        LLAMA_NEEDS,
-        "text-generation",
-    ),
+    # The Llama line, in the order a model is offered to them: the first that carries it exactly
+    # is its class (a windowed Llama is a Mistral).
+    **{
+        hf_class: Family(
+            hf_class,
+            "AutoModelForCausalLM",
+            CausalLM,
+            config,
+            hf_config,
+            table,
+            needs,
+            "text-generation",
+        )
+        for hf_class, config, hf_config, table, needs in [
+            (
+                "LlamaForCausalLM",
+                llama_line.llama_config,
+                llama_line.llama_hf_config,
+                llama_table,
+                LLAMA_NEEDS,
+            ),
+            (
+                "MistralForCausalLM",
+                llama_line.mistral_config,
+                llama_line.mistral_hf_config,
+                llama_table,
+                MISTRAL_NEEDS,
+            ),
+            (
+                "Qwen3ForCausalLM",
+                llama_line.qwen3_config,
+                llama_line.qwen3_hf_config,
+                llama_table,
+                QWEN3_NEEDS,
+            ),
+            (
+                "Gemma2ForCausalLM",
+                llama_line.gemma2_config,
+                llama_line.gemma2_hf_config,
+                gemma2_table,
+                GEMMA2_NEEDS,
+            ),
+        ]
+    },
     **{
         hf_class: Family(
             hf_class,
@@ -243,6 +306,9 @@ FAMILIES: dict[str, Family] = {
 DEFAULT_CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
     "bert": "BertForPreTraining",
     "t5": "T5ForConditionalGeneration",
 }
@@ -268,6 +334,11 @@ def family_of_config(hf_config: Any) -> Family:
     return family_for(hf_config.model_type)
 
 
+def model_type_of(family: Family) -> str:
+    """The HF `model_type` of `family`'s class (BERT's task classes: "bert")."""
+    return next(t for t, c in DEFAULT_CLASSES.items() if FAMILIES[c].config is family.config)
+
+
 def _same_type(family: Family) -> list[str]:
     """The default classes of the model_type `family` belongs to."""
     return [c for c in DEFAULT_CLASSES.values() if FAMILIES[c].config is family.config]
@@ -283,5 +354,5 @@ def family_of(hf_model: nn.Module) -> Family:
 
 
 def families_of_model(model: nn.Module) -> list[Family]:
-    """The families whose xfmr class `model` is (CausalLM: GPT-2 and Llama)."""
+    """The families whose xfmr class `model` is (CausalLM: GPT-2 and the Llama line)."""
     return [f for f in FAMILIES.values() if type(model) is f.model]

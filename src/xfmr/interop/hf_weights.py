@@ -45,12 +45,14 @@ class Source:
 @dataclass(frozen=True)
 class Link:
     """One xfmr tensor and the Hugging Face tensor(s) it is. Several HF names are stacked along
-    dim 0 in that order (a fused [q | k | v]); `transpose` for GPT-2's Conv1D, stored (in, out)."""
+    dim 0 in that order (a fused [q | k | v]); `transpose` for GPT-2's Conv1D, stored (in, out);
+    `shift`: HF's tensor is ours + shift (Gemma's RMSNorm multiplies by 1 + weight: -1)."""
 
     ours: str
     theirs: tuple[str, ...]
     transpose: bool = False
     sizes: tuple[int, ...] | None = None  # each HF tensor's rows, where they differ (GQA's k, v)
+    shift: float = 0.0
 
 
 @dataclass
@@ -64,9 +66,14 @@ class Table:
     zeros: list[str] = field(default_factory=list)
 
     def link(
-        self, ours: str, *theirs: str, transpose: bool = False, sizes: tuple[int, ...] | None = None
+        self,
+        ours: str,
+        *theirs: str,
+        transpose: bool = False,
+        sizes: tuple[int, ...] | None = None,
+        shift: float = 0.0,
     ) -> None:
-        self.links.append(Link(ours, theirs, transpose, sizes))
+        self.links.append(Link(ours, theirs, transpose, sizes, shift))
 
     def weight_and_bias(self, ours: str, theirs: str, *, bias: bool = True) -> None:
         """`ours.weight` is `theirs.weight`; the biases likewise, or zeros on HF's side."""
@@ -101,6 +108,7 @@ def read_table(table: Table, hf: Source, *, partial: bool = False) -> Weights:
         if partial and not all(name in hf.state for name in link.theirs):
             continue
         tensor = hf(link.theirs[0]) if len(link.theirs) == 1 else hf.cat(*link.theirs)
+        tensor = tensor - link.shift if link.shift else tensor
         weights[link.ours] = tensor.t() if link.transpose else tensor
     for name, of in table.aliases.items():
         if not partial or (name in hf.state and of in hf.state):
@@ -114,6 +122,7 @@ def write_table(table: Table, weights: Weights) -> Weights:
     hf: Weights = {}
     for link in table.links:
         tensor = weights[link.ours]
+        tensor = tensor + link.shift if link.shift else tensor
         tensor = tensor.t() if link.transpose else tensor
         parts = tensor.split(link.sizes) if link.sizes else tensor.chunk(len(link.theirs))
         for name, part in zip(link.theirs, parts, strict=True):
@@ -150,12 +159,41 @@ def gpt2_table(config: ModelConfig) -> Table:
     return table
 
 
-def llama_table(config: ModelConfig) -> Table:
-    """LlamaForCausalLM: RMSNorm (no bias), rotary (half-split, as xfmr's), gated FFN with
-    `up` = [gate_proj | up_proj]; `attention_bias` and `mlp_bias` follow `config.bias`."""
-    bias = config.bias
+def _stacked(
+    table: Table,
+    ours: str,
+    theirs: list[str],
+    *,
+    bias: bool,
+    sizes: tuple[int, ...] | None = None,
+) -> None:
+    """Our Linear `ours` is the HF Linear layers `theirs` stacked along the output dim; their
+    biases too where `bias` (the Llama line's classes have no bias tensors to write zeros to)."""
+    table.link(f"{ours}.weight", *(f"{name}.weight" for name in theirs), sizes=sizes)
+    if bias:
+        table.link(f"{ours}.bias", *(f"{name}.bias" for name in theirs), sizes=sizes)
+
+
+def _llama_layer(table: Table, config: ModelConfig, ours: str, theirs: str) -> None:
+    """A Llama-line layer's attention and MLP: q, k, v fused into our `qkv` (fewer k and v rows
+    with GQA), Qwen3's per-head q_norm and k_norm, and our `up` = [gate_proj | up_proj]."""
     kv_rows = (config.n_kv_heads or config.n_heads) * config.head_dim
-    sizes = (config.d_model, kv_rows, kv_rows)  # q, k, v: fewer k and v rows with GQA
+    sizes = (config.d_model, kv_rows, kv_rows)
+    attention, mlp, bias = f"{theirs}.self_attn", f"{theirs}.mlp", config.bias
+    qkv = [f"{attention}.{name}_proj" for name in ("q", "k", "v")]
+    _stacked(table, f"{ours}.attn.qkv", qkv, bias=bias, sizes=sizes)
+    _stacked(table, f"{ours}.attn.out", [f"{attention}.o_proj"], bias=bias)
+    if config.qk_norm != "none":
+        for name in ("q_norm", "k_norm"):
+            table.link(f"{ours}.attn.{name}.weight", f"{attention}.{name}.weight")
+    _stacked(table, f"{ours}.ffn.up", [f"{mlp}.gate_proj", f"{mlp}.up_proj"], bias=bias)
+    _stacked(table, f"{ours}.ffn.down", [f"{mlp}.down_proj"], bias=bias)
+
+
+def llama_table(config: ModelConfig) -> Table:
+    """LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM: RMSNorm (no bias), rotary
+    (half-split, as xfmr's), gated FFN; `attention_bias` and `mlp_bias` follow `config.bias`
+    (Mistral and Qwen3 have none); Qwen3's q_norm and k_norm."""
     table = Table()
     table.link("backbone.tok_emb.weight", "model.embed_tokens.weight")
     table.link("backbone.final_norm.weight", "model.norm.weight")
@@ -164,20 +202,29 @@ def llama_table(config: ModelConfig) -> Table:
         ours, theirs = f"backbone.blocks.{i}", f"model.layers.{i}"
         table.link(f"{ours}.attn_norm.weight", f"{theirs}.input_layernorm.weight")
         table.link(f"{ours}.ffn_norm.weight", f"{theirs}.post_attention_layernorm.weight")
-        attention = [f"{theirs}.self_attn.{name}_proj" for name in ("q", "k", "v")]
-        mlp = f"{theirs}.mlp"
-        if bias:
-            table.fused(f"{ours}.attn.qkv", attention, sizes=sizes)
-            table.weight_and_bias(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj")
-            table.fused(f"{ours}.ffn.up", [f"{mlp}.gate_proj", f"{mlp}.up_proj"])
-            table.weight_and_bias(f"{ours}.ffn.down", f"{mlp}.down_proj")
-        else:
-            table.link(
-                f"{ours}.attn.qkv.weight", *(f"{name}.weight" for name in attention), sizes=sizes
-            )
-            table.link(f"{ours}.attn.out.weight", f"{theirs}.self_attn.o_proj.weight")
-            table.link(f"{ours}.ffn.up.weight", f"{mlp}.gate_proj.weight", f"{mlp}.up_proj.weight")
-            table.link(f"{ours}.ffn.down.weight", f"{mlp}.down_proj.weight")
+        _llama_layer(table, config, ours, theirs)
+    return table
+
+
+def gemma2_table(config: ModelConfig) -> Table:
+    """Gemma2ForCausalLM: Llama's attention and MLP without biases, four norms a layer (the
+    sandwich's) and the final one, each RMSNorm multiplying by 1 + weight (HF = ours - 1)."""
+    gain = -1.0
+    table = Table()
+    table.link("backbone.tok_emb.weight", "model.embed_tokens.weight")
+    table.link("backbone.final_norm.weight", "model.norm.weight", shift=gain)
+    table.link("lm_head.weight", "lm_head.weight")
+    norms = {
+        "attn_norm": "input_layernorm",
+        "attn_post_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "ffn_post_norm": "post_feedforward_layernorm",
+    }
+    for i in range(config.n_layers):
+        ours, theirs = f"backbone.blocks.{i}", f"model.layers.{i}"
+        for our_norm, their_norm in norms.items():
+            table.link(f"{ours}.{our_norm}.weight", f"{theirs}.{their_norm}.weight", shift=gain)
+        _llama_layer(table, config, ours, theirs)
     return table
 
 
