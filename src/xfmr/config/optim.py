@@ -5,6 +5,10 @@ the run's length complete), as the training layer reads them.
 The warm-up is given in steps or as a ratio of the run: a ratio is resolved here, once, into
 steps when the run's length is known in steps (else the run resolves it from the steps
 Lightning estimates), and must fit inside the run.
+
+`optim=muon` (`xfmr.training.muon`) orthogonalises the matrices of transformer blocks, each whole
+on its process: `OptimConfig.check_applies` refuses an architecture without blocks and a
+strategy that shards them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xfmr.errors import UserError
+from xfmr.nn.config import TRANSFORMER_ARCHS
 from xfmr.ranges import (
     COUNT,
     FRACTION,
@@ -27,12 +32,18 @@ from xfmr.ranges import (
 )
 from xfmr.targets import Target, TargetSection, frozen
 
+BETAS = Number(low=0, high=1, open_high=True, items=2)
 OPTIM_NUMBERS: NumberTable = {
     "lr": ((NON_NEGATIVE,), None),
     "weight_decay": ((NON_NEGATIVE,), None),
     "eps": ((NON_NEGATIVE,), None),
     "momentum": ((NON_NEGATIVE,), None),
-    "betas": ((Number(low=0, high=1, open_high=True, items=2),), None),
+    "betas": ((BETAS,), None),
+    # optim=muon's (`xfmr.training.muon.MuonWithAdamW`, where each is described)
+    "adamw_lr": ((NON_NEGATIVE,), None),
+    "adamw_betas": ((BETAS,), None),
+    "adamw_eps": ((NON_NEGATIVE,), None),
+    "ns_steps": ((Number(whole=True, low=1, high=99),), None),  # torch.optim.Muon: under 100
 }
 SCHEDULE_NUMBERS: NumberTable = {
     "warmup_steps": ((COUNT,), "schedule.warmup_ratio of the run"),
@@ -42,6 +53,10 @@ SCHEDULE_NUMBERS: NumberTable = {
     "d_model": ((STEPS,), None),
 }
 _WARMUP_DIVIDES = ("noam", "inverse_sqrt")  # xfmr.training.optim: their formula divides by it
+MUON = "xfmr.training.muon.MuonWithAdamW"  # optim=muon, named by its `_target_`
+# Muon's momentum weighs an average (torch's lerp), so it is under 1.
+MUON_NUMBERS: NumberTable = {"momentum": ((Number(low=0, high=1, open_high=True),), None)}
+MUON_LR_ADJUSTMENTS = ("match_rms_adamw", "original")  # torch.optim.Muon's adjust_lr_fn
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,38 @@ class OptimConfig(TargetSection):
     def read(cls, values: Mapping[str, Any]) -> OptimConfig:
         target = Target.read("optim", values, supplied=("params",))
         check_numbers("optim", target.settings, OPTIM_NUMBERS)
+        if target.path == MUON:
+            check_numbers("optim", target.settings, MUON_NUMBERS)
+            adjust = target.settings.get("adjust_lr_fn")
+            if "adjust_lr_fn" in target.settings and adjust not in MUON_LR_ADJUSTMENTS:
+                raise UserError(
+                    f"optim.adjust_lr_fn={adjust!r} is not valid: use "
+                    f"{' or '.join(MUON_LR_ADJUSTMENTS)}"
+                )
         return cls(target)
+
+    @property
+    def is_muon(self) -> bool:
+        return self.target.path == MUON
+
+    def check_applies(self, arch: str, *, sharded: bool) -> None:
+        """optim=muon needs a transformer's blocks, each matrix whole on every process."""
+        if not self.is_muon:
+            return
+        archs = ", ".join(TRANSFORMER_ARCHS)
+        if arch not in TRANSFORMER_ARCHS:
+            # An LSTM's or GRU's matrices stack its gates (weight_ih: (4H, d)), outside any
+            # block: not the hidden linear maps Muon's rule is made for.
+            raise UserError(
+                f"optim=muon orthogonalises the matrices of transformer blocks and arch={arch} "
+                f"has none: use optim=muon with arch in [{archs}], or optim=adamw"
+            )
+        if sharded:
+            raise UserError(
+                "optim=muon with trainer=fsdp: Muon orthogonalises each matrix whole and the "
+                "sharded strategy gives each process a slice of it; use optim=muon with "
+                "trainer in [default, cpu, ddp], or optim=adamw with trainer=fsdp"
+            )
 
     @property
     def lr(self) -> float | None:

@@ -43,7 +43,7 @@ from xfmr.training.guards import (
     takes_found_inf,
     update_left_out,
 )
-from xfmr.training.optim import param_groups
+from xfmr.training.optim import optimizer_groups
 
 log = logging.getLogger("xfmr")
 
@@ -370,13 +370,8 @@ class XfmrModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         defaults = getattr(self.optimizer_factory, "keywords", {})
-        scale = self.backbone_lr_scale
-        groups = param_groups(
-            self.model,
-            weight_decay=float(defaults.get("weight_decay", 0.0)),
-            backbone_lr=float(defaults["lr"]) * scale
-            if scale != 1.0 and "lr" in defaults
-            else None,
+        groups = optimizer_groups(
+            self.model, self.optimizer_factory, backbone_lr_scale=self.backbone_lr_scale
         )
         extra = {}
         if defaults.get("fused") and self._loss_scaled() and self.gradient_clip_val:

@@ -4,12 +4,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from xfmr.ranges import warmup_length
+from xfmr.training.muon import MuonWithAdamW, muon_param_groups
+
+
+def optimizer_groups(
+    model: nn.Module, optimizer: Callable[..., Any], *, backbone_lr_scale: float = 1.0
+) -> list[dict]:
+    """The parameter groups for `optimizer`, the config's class with its settings (a partial):
+    optim=muon's split (`xfmr.training.muon`), else `param_groups` with the optimizer's weight
+    decay. `backbone_lr_scale`: the backbone's share of the lr (fine-tuning)."""
+    settings = getattr(optimizer, "keywords", {})
+    if getattr(optimizer, "func", optimizer) is MuonWithAdamW:
+        return muon_param_groups(model, backbone_lr_scale=backbone_lr_scale)
+    lr = settings.get("lr")
+    scaled = backbone_lr_scale != 1.0 and lr is not None
+    return param_groups(
+        model,
+        weight_decay=float(settings.get("weight_decay", 0.0)),
+        backbone_lr=float(lr) * backbone_lr_scale if scaled else None,
+    )
 
 
 def param_groups(
