@@ -68,6 +68,13 @@ PRECISIONS = (
 # trainer=fsdp's strategy (`xfmr.training.sharding`), named by its `_target_`.
 SHARDED_STRATEGY = "xfmr.training.sharding.ShardedStrategy"
 SHARDED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")  # what the strategy runs
+# trainer.matmul_precision: `torch.set_float32_matmul_precision`'s settings, for the float32
+# matmuls of a run (all of a 32-true run's; the few autocast leaves in float32 under *-mixed).
+# highest: float32 throughout, torch's default; high: TF32 (10-bit mantissa) on tensor cores
+# (Ampere and later), or bfloat16x3 where there is none; medium: bfloat16 on tensor cores.
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+DEFAULT_MATMUL_PRECISION = "highest"  # 32-true stays exact float32, as before the key
+MATMUL_KEY = "matmul_precision"
 _GPU = ("gpu", "cuda", "auto")
 # What the run gives the Trainer itself (`xfmr.training.fitting`).
 _SUPPLIED = ("callbacks", "logger", "plugins", "default_root_dir")
@@ -75,15 +82,29 @@ _SUPPLIED = ("callbacks", "logger", "plugins", "default_root_dir")
 
 @dataclass(frozen=True)
 class TrainerConfig(TargetSection):
-    """Lightning's Trainer and its settings (conf/trainer/)."""
+    """Lightning's Trainer and its settings (conf/trainer/), and xfmr's own key beside them.
+
+    Args:
+        target: Lightning's Trainer and its keyword arguments.
+        matmul_precision: `trainer.matmul_precision`, one of MATMUL_PRECISIONS, set with
+            `torch.set_float32_matmul_precision` for the run's fitting (not a Trainer argument).
+    """
 
     target: Target
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION
 
     @classmethod
     def read(cls, values: Mapping[str, Any]) -> TrainerConfig:
+        values = dict(values)
+        matmul = values.pop(MATMUL_KEY, DEFAULT_MATMUL_PRECISION)
+        if matmul not in MATMUL_PRECISIONS:
+            raise UserError(
+                f"trainer.{MATMUL_KEY}={matmul!r} is not one of {list(MATMUL_PRECISIONS)} "
+                "(torch.set_float32_matmul_precision's settings)"
+            )
         target = Target.read("trainer", values, supplied=_SUPPLIED)
         check_numbers("trainer", target.settings, NUMBERS)
-        trainer = cls(target)
+        trainer = cls(target, matmul)
         if trainer.max_steps == -1 and trainer.max_epochs == -1:
             raise UserError(
                 "trainer.max_steps=-1 with trainer.max_epochs=-1 never ends: set trainer.max_steps "
@@ -203,7 +224,7 @@ class TrainerConfig(TargetSection):
 
     def with_settings(self, **settings: Any) -> TrainerConfig:
         target = dataclasses.replace(self.target, settings=frozen({**self.settings, **settings}))
-        return TrainerConfig(target)
+        return dataclasses.replace(self, target=target)
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -213,7 +234,7 @@ class TrainerConfig(TargetSection):
         return self.target.build(**given)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.target.to_dict()
+        return {**self.target.to_dict(), MATMUL_KEY: self.matmul_precision}
 
 
 def device_precision(accelerator: str) -> str:

@@ -8,11 +8,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from xfmr.data.formats.bad_rows import BadRows
 from xfmr.data.loading import device_loading
-from xfmr.data.order import TrainingLoader, WindowedLoader
+from xfmr.data.order import (
+    SeededCollate,
+    TrainingLoader,
+    ValidationReads,
+    WindowedLoader,
+    run_seed,
+)
 from xfmr.data.settings import AUTO_WORKERS, check_num_workers
 from xfmr.errors import UserError
 
@@ -63,7 +70,10 @@ def make_loader(
     Training batches (`window`: the batches of one optimizer step, gradient accumulation) come
     a window at a time, each a list of batches that carry their window's counts; shuffled ones
     from a `TrainingLoader`, which resumes mid-epoch. `window=None` (validation): one batch at a
-    time. `num_workers` and `pin_memory` come from `xfmr.data.loading.device_loading`."""
+    time, each drawing its random numbers (masks, spans, truncations) from the run's seed and
+    its examples' indices, in a worker or not (`ValidationReads`, `SeededCollate`; a stream's,
+    which has no indices, from the generators as they are). `num_workers` and `pin_memory`
+    come from `xfmr.data.loading.device_loading`."""
     if shuffle:
         return TrainingLoader(
             dataset,  # type: ignore[arg-type]
@@ -74,6 +84,13 @@ def make_loader(
             pin_memory=pin_memory,
             accumulate=window or 1,
         )
+    own: dict[str, Any] = {}
+    if window is None and not isinstance(dataset, IterableDataset):
+        # Validation: each batch's random numbers from (seed, its examples' indices) alone.
+        # The loader's own draw (its workers' base seed) from a generator of its own.
+        dataset = ValidationReads(dataset, seed=run_seed())
+        collate_fn = SeededCollate(collate_fn)
+        own = {"generator": torch.Generator().manual_seed(run_seed())}
     return (DataLoader if window is None else WindowedLoader)(
         dataset,
         batch_size=batch_size,
@@ -83,7 +100,7 @@ def make_loader(
         collate_fn=collate_fn,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
-        **({} if window is None else {"accumulate": window}),
+        **(own if window is None else {"accumulate": window}),
     )
 
 

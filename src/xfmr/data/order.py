@@ -14,6 +14,10 @@ derived from it (`STEP_KEY`), from which the training step reseeds them just bef
 forward (`seed_step`). Masking, sentence-pair draws and dropout then depend only on the batch's
 place in the run, not on how many workers made it.
 
+Validation batches are drawn the same way from (seed, the batch's dataset indices)
+(`ValidationReads`, `SeededCollate`): the same masks at every validation, with any number of
+workers, and the training process's generators left as they were.
+
 Training loaders hand out a gradient-accumulation window at a time (`counted_windows`): a list
 of the micro-batches of one optimizer step, so that each of Lightning's training batches is one
 optimizer step.
@@ -23,18 +27,19 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterator, Sequence, Sized
 from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 _ROUNDS = 6  # Feistel rounds: 4 already make a strong pseudo-random permutation (Luby-Rackoff)
 _CHUNK = 8192  # indices computed at a time
 _M64 = (1 << 64) - 1
+_VALIDATION = 0x76616C69646174  # "validat": validation keys, apart from training ones
 
 # Batch keys: the counts of what each loss term of the objective averages over, in this batch
 # and in all batches of its gradient-accumulation window (on this process); and the 64-bit key
@@ -207,6 +212,73 @@ class SeededReads(Dataset):
         return [self.dataset[index] for index in batch.indices]
 
 
+def run_seed() -> int:
+    """The seed the run gave `L.seed_everything` (0 outside a run)."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+def validation_key(seed: int, indices: Sequence[int]) -> int:
+    """The 64-bit key of a validation batch's random numbers: a function of the run's seed and
+    the batch's dataset indices alone (not of the process, worker or validation that makes it),
+    apart from every training batch's by `_VALIDATION`."""
+    key = _splitmix64((seed & _M64) ^ _VALIDATION)
+    for index in indices:
+        key = _splitmix64(key ^ (int(index) & _M64))
+    return key
+
+
+class KeyedExamples(list):
+    """A batch's examples, read by `ValidationReads`, with the key of its random numbers."""
+
+    key: int
+
+
+class ValidationReads(Dataset):
+    """`dataset`, read a batch at a time (the DataLoader's `__getitems__`, whichever sampler
+    Lightning gives the loader) into `KeyedExamples` keyed by `validation_key`, for a
+    `SeededCollate` to draw the batch's masks from."""
+
+    def __init__(self, dataset: Dataset | Sequence[Any], *, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> KeyedExamples:
+        examples = KeyedExamples(self.dataset[index] for index in indices)
+        examples.key = validation_key(self.seed, indices)
+        return examples
+
+
+class SeededCollate:
+    """`collate` with the host's generators (torch's CPU one, numpy's, Python's) seeded from
+    the examples' key (`KeyedExamples`) and put back afterwards: a validation batch's masks,
+    spans and truncations are the same in a loader worker as in the training process, at every
+    validation, and the training process's own random state is left as it was."""
+
+    def __init__(self, collate: Callable[[list[Any]], Any] | None) -> None:
+        self.collate = collate or default_collate
+
+    def __call__(self, examples: list[Any]) -> Any:
+        key = getattr(examples, "key", None)
+        if key is None:
+            return self.collate(examples)
+        kept = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        try:
+            torch.default_generator.manual_seed(key & ((1 << 63) - 1))
+            np.random.seed(key & 0xFFFFFFFF)
+            random.seed(key)
+            return self.collate(list(examples))
+        finally:
+            torch.set_rng_state(kept[0])
+            np.random.set_state(kept[1])
+            random.setstate(kept[2])
+
+
 class CountedCollate:
     """`collate`, then the batch's `counts(batch)` (a count per loss term) added as `COUNTS`:
     made where the batch is collated, on the host, so that a window's totals are known before
@@ -296,7 +368,7 @@ class TrainingLoader(DataLoader):
         accumulate: int = 1,
     ) -> None:
         self.accumulate = accumulate
-        self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
+        self.seed = run_seed() if seed is None else seed
         # `sampler` stays this DistributedSampler, so Lightning leaves the loader as it is.
         self.order = EpochSampler(dataset, seed=self.seed)  # type: ignore[arg-type]
         super().__init__(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 
 from xfmr.config import RunConfig
 from xfmr.errors import DiskFull, RunFailed
@@ -70,7 +71,7 @@ def fit_run(
     )
     pruning = TrialPruning(config.trial.to_dict()) if config.trial else None
     earlier_rows = read_csv_rows(config.logger) if ckpt_path and not is_worker else []
-    with launcher:
+    with launcher, float32_matmuls(config.trainer.matmul_precision):
         loggers = config.logger.build()
         log_run_params(loggers, config.to_dict(), config.optimized_metric, module.val_metrics)
         # The summary first: a logging step's figures are ready for the progress bar.
@@ -96,6 +97,18 @@ def fit_run(
                 status = "interrupted"
         finish_loggers(trainer, status)
     return Fitted(trainer, summary, stop_on_signal, status, failure, requeue)
+
+
+@contextmanager
+def float32_matmuls(precision: str) -> Iterator[None]:
+    """`trainer.matmul_precision` set with `torch.set_float32_matmul_precision` while the run
+    fits, and put back after (a notebook's next run, or its own code, gets its own)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer) -> list[Any]:
@@ -203,6 +216,9 @@ _NOISE = (
     "GPU available:",
     "TPU available:",
     "Skipping setting a default `ModelSummary`",  # xfmr's own summary is in the callbacks
+    # Lightning's tip to call torch.set_float32_matmul_precision, given where it is `highest` on
+    # a GPU with tensor cores: trainer.matmul_precision is that choice, made in the config.
+    "that has Tensor Cores. To properly utilize them",
 )
 
 

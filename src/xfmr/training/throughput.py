@@ -2,8 +2,8 @@
 
 MFU = tokens/s x FLOPs per token / peak FLOP/s (Chowdhery et al. 2022, PaLM, appendix B). The
 FLOPs are the model's, not the hardware's: recomputation, padding and elementwise work add none.
-The peak is a GPU's datasheet figure, the one torchtitan, llm.c, Megatron and Lightning divide
-by, or a CPU's measured one (`resolve_peak`).
+The peak is a GPU's dense datasheet figure, the one torchtitan, llm.c, Megatron and Lightning
+divide by (`xfmr.training.peaks`), or a CPU's measured one (`resolve_peak`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import logging
 import os
 import platform
 import time
-import warnings
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from torch import nn
 from xfmr.files import atomic_write_text
 from xfmr.nn.attention import CrossAttention
 from xfmr.nn.config import ModelConfig
+from xfmr.training.peaks import Peak, datasheet_peak
 
 # Lightning's precision names -> the dtype matmuls run in (mixed: the autocast dtype).
 PRECISION_DTYPES = {
@@ -311,15 +311,6 @@ def measured_peak_flops(
     return peak
 
 
-@dataclass(frozen=True)
-class Peak:
-    """One device's peak FLOP/s in a run's precision, the denominator of mfu, and where the
-    figure comes from (results.json reports both)."""
-
-    flops: float
-    source: str
-
-
 def resolve_peak(
     device: torch.device,
     precision: str | int,
@@ -331,9 +322,10 @@ def resolve_peak(
     line; None where there is none to trust (mfu is then not reported).
 
     `given_tflops` (throughput.peak_tflops) wins. A GPU's is the datasheet's dense figure for
-    the precision's matmul dtype, from Lightning's `get_available_flops`, as torchtitan, llm.c
-    and Megatron divide by; a GPU that table does not know has none. A CPU's (or another
-    device's) is measured (`measured_peak_flops`), cached in `cache_dir`.
+    the precision's matmul dtype, as torchtitan, llm.c and Megatron divide by, from Lightning's
+    `get_available_flops` or xfmr's own rows (`xfmr.training.peaks`); a GPU neither knows has
+    none. A CPU's (or another device's) is measured (`measured_peak_flops`), cached in
+    `cache_dir`.
     """
     if given_tflops is not None:
         peak = Peak(float(given_tflops) * 1e12, "throughput.peak_tflops")
@@ -351,41 +343,6 @@ def resolve_peak(
     if peak is not None:
         log.info("mfu peak: %.4g TFLOP/s per device (%s)", peak.flops / 1e12, peak.source)
     return peak
-
-
-def datasheet_peak(device: torch.device, dtype: torch.dtype) -> Peak | None:
-    """The dense peak Lightning's `get_available_flops` knows for this GPU in `dtype` (float32:
-    tf32's where matmuls run in tf32); None, with one warning, where it knows none."""
-    from lightning.fabric.utilities.throughput import get_available_flops
-
-    name = device_name(device)
-    # Lightning warns on its own for an unknown chip or dtype; its reason goes into ours.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        flops = get_available_flops(device, dtype)
-    label = _datasheet_dtype(device, dtype)
-    if flops is None:
-        reason = "; ".join(str(w.message) for w in caught) or "no figure"
-        log.warning(
-            "no datasheet peak FLOP/s for %s in %s (Lightning's get_available_flops: %s), so "
-            "no mfu; set throughput.peak_tflops to its dense peak TFLOP/s in %s for one",
-            name,
-            label,
-            reason,
-            label,
-        )
-        return None
-    return Peak(float(flops), f"datasheet: {name}, {label} (Lightning get_available_flops)")
-
-
-def _datasheet_dtype(device: torch.device, dtype: torch.dtype) -> str:
-    """The name of the figure `get_available_flops` returns for `dtype`, by its own rule."""
-    short = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-    if dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest":
-        # TF32 matmuls came with Ampere (compute capability 8), as Lightning's table reads it.
-        if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
-            return "tf32"
-    return short.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def measured_peak(
