@@ -20,7 +20,7 @@ from xfmr.nn.masks import (
     padding_mask,
     window_mask,
 )
-from xfmr.nn.positions import scheme_of
+from xfmr.nn.positions import Rotation, scheme_of
 from xfmr.nn.weights import ParameterCount
 
 
@@ -137,6 +137,18 @@ class TransformerStack(ParameterCount, nn.Module):
         )
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
+        return self.final_norm(self._blocks(x, masks, rotation, context, cross_mask, cache))
+
+    def _blocks(
+        self,
+        x: torch.Tensor,
+        masks: dict[int | None, tuple[torch.Tensor | None, bool]],
+        rotation: Rotation | None,
+        context: torch.Tensor | None,
+        cross_mask: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        """x (B, T, C) through every block, each with the mask of its window."""
         recompute = self.config.activation_checkpointing and torch.is_grad_enabled()
         for index, block in enumerate(self.blocks):
             mask, is_causal = masks[self.config.window_of(index)]
@@ -152,7 +164,7 @@ class TransformerStack(ParameterCount, nn.Module):
                 x = checkpoint(block, x, use_reentrant=False, **attend)
             else:
                 x = block(x, **attend)
-        return self.final_norm(x)
+        return x
 
     def _self_attention_masks(
         self,
