@@ -19,6 +19,7 @@ from xfmr.devices import cpu_cores, cuda_available, cuda_device_count, device_co
 from xfmr.errors import UserError
 from xfmr.keys import unknown_key
 from xfmr.nn.checks import check_lengths, check_parts
+from xfmr.objectives.registry import objectives
 from xfmr.parts.sources import check_ckpt_path, check_init_model, check_resume, init_source
 from xfmr.ranges import SEED, check_numbers
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
@@ -85,6 +86,8 @@ def check_across(config: RunConfig) -> None:
     config.objective.check_tokenizer(config.tokenizer.kind, WORD_MARKING_KINDS)
     objective = config.objective
     config.data.check_feeds(objective.name, objective.facts.reads, objective.data_choices())
+    packing = [name for name, facts in objectives().items() if facts.packs]
+    config.data.check_packing(objective.name, objective.facts.packs, packing)
     config.data.check_files()  # after the kind: the wrong data group is named before its files
 
 

@@ -114,14 +114,19 @@ class ExamplesDataModule(L.LightningDataModule):
         batch_size: examples per batch (per process under DDP).
         num_workers: DataLoader worker processes, or "auto": chosen for the device the run
             trains on when the loaders are built (`xfmr.data.loading`).
+        packing: each batch's examples share rows (`xfmr.objectives.packing`), for the
+            objectives that pack; the run wraps the objective's collate accordingly.
     """
 
     train_set: Dataset | Sequence[Any] | None
     val_set: Dataset | Sequence[Any] | None
 
-    def __init__(self, *, batch_size: int, num_workers: int | str = AUTO_WORKERS) -> None:
+    def __init__(
+        self, *, batch_size: int, num_workers: int | str = AUTO_WORKERS, packing: bool = False
+    ) -> None:
         super().__init__()
         self.batch_size = batch_size
+        self.packing = packing
         self.num_workers = check_num_workers(num_workers)
         self.collate_fn: Callable[[list[Any]], dict] | None = None
         self.window = 1  # training batches per optimizer step, as `attach` is given it

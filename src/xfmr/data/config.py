@@ -128,6 +128,14 @@ class DataConfig(TargetSection):
                 + (f" (data=hf: data.kind={reads})" if "hf" in choices else "")
             )
 
+    def check_packing(self, objective: str, packs: bool, packing: list[str]) -> None:
+        """`data.packing=true` only for an objective that packs (`packing`: those that do)."""
+        if self.get("packing") and not packs:
+            raise UserError(
+                f"data.packing=true: objective={objective} does not pack its batches; "
+                f"objective in {packing} does, or leave data.packing=false"
+            )
+
     def with_settings(self, **settings: Any) -> DataConfig:
         """The same data with `settings` changed (a resolved value, or an evaluation's files)."""
         target = dataclasses.replace(self.target, settings=frozen({**self.settings, **settings}))

@@ -18,6 +18,7 @@ class DelimitedDataModule(ExamplesDataModule):
     text_field, label_field, text_pair_field: column names (or indices without a header).
     labels: the label set, in class-index order; None takes the sorted labels of the training
         file, and a validation label outside it is a bad row.
+    packing: several examples share each row (`xfmr.objectives.packing`).
     on_bad_row: "error" stops at the first bad row with its file and line; "skip" drops bad
         rows and logs how many and why.
     """
@@ -36,8 +37,9 @@ class DelimitedDataModule(ExamplesDataModule):
         batch_size: int = 32,
         num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
+        packing: bool = False,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, packing=packing)
         require_paths("a TSV, CSV or JSONL file", train_path=train_path, val_path=val_path)
         self.paths = (train_path, val_path)
         self.fields = {

@@ -29,6 +29,7 @@ class ParallelDataModule(ExamplesDataModule):
         source_field, target_field: the keys of a pair's two sides in those objects.
         max_length: tokens kept per side (longer sentences are cut); None keeps them whole.
         batch_size: pairs per batch (per process under DDP).
+        packing: several examples share each row (`xfmr.objectives.packing`).
         on_bad_row: "error" stops at an empty line or field with its file and line; "skip"
             drops the pair and logs how many were dropped and why.
     """
@@ -50,8 +51,9 @@ class ParallelDataModule(ExamplesDataModule):
         batch_size: int = 64,
         num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
+        packing: bool = False,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, packing=packing)
         self.on_bad_row = on_bad_row
         self.files = {
             "train_source": train_source,

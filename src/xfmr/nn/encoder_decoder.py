@@ -48,9 +48,11 @@ class EncoderDecoder(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Source ids (B, S) -> encoder states (B, S, C)."""
-        return self.encoder(input_ids, attention_mask, token_type_ids)
+        """Source ids (B, S) -> encoder states (B, S, C); document_ids (B, S) in packed rows."""
+        return self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
 
     def decode(
         self,
@@ -61,12 +63,16 @@ class EncoderDecoder(ParameterCount, nn.Module):
         *,
         offset: int = 0,
         cache: KVCache | None = None,
+        document_ids: torch.Tensor | None = None,
+        context_document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Target ids (B, T) and encoder states (B, S, C) -> logits (B, T, V).
 
         attention_mask: the source's (B, S); decoder_attention_mask: the target's (B, T).
         cache: the decoder's keys and values so far (these T tokens follow them) and the
             encoder's, projected on the first call.
+        document_ids, context_document_ids: the target's (B, T) and the source's (B, S) in
+            packed rows: each target attends to its own source only.
         """
         hidden = self.decoder(
             decoder_input_ids,
@@ -75,6 +81,8 @@ class EncoderDecoder(ParameterCount, nn.Module):
             context_mask=attention_mask,
             offset=offset,
             cache=cache,
+            document_ids=document_ids,
+            context_document_ids=context_document_ids,
         )  # (B, T, C)
         if self.logit_scale is not None:
             hidden = hidden * self.logit_scale
@@ -86,9 +94,18 @@ class EncoderDecoder(ParameterCount, nn.Module):
         attention_mask: torch.Tensor | None,
         decoder_input_ids: torch.Tensor,
         decoder_attention_mask: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
+        decoder_document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Source (B, S) and target (B, T) ids with their attention masks -> logits (B, T, V)."""
-        encoder_states = self.encode(input_ids, attention_mask)
+        """Source (B, S) and target (B, T) ids with their attention masks -> logits (B, T, V);
+        in packed rows, the source's and the target's document ids."""
+        encoder_states = self.encode(input_ids, attention_mask, document_ids=document_ids)
         return self.decode(
-            decoder_input_ids, encoder_states, attention_mask, decoder_attention_mask
+            decoder_input_ids,
+            encoder_states,
+            attention_mask,
+            decoder_attention_mask,
+            document_ids=decoder_document_ids,
+            context_document_ids=document_ids,
         )

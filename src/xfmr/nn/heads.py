@@ -233,10 +233,22 @@ class SequenceClassification(ParameterCount, nn.Module):
         init_weights(self, config)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
+        n_documents: int | None = None,
     ) -> torch.Tensor:
-        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, n_classes)."""
-        hidden = self.backbone(input_ids, attention_mask)  # (B, T, C)
+        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, n_classes).
+
+        In packed rows, document_ids (R, T) name each token's example (-1: padding) and
+        n_documents how many there are: logits (n_documents, n_classes), in example order.
+        """
+        hidden = self.backbone(input_ids, attention_mask, document_ids=document_ids)  # (B, T, C)
+        if document_ids is not None:
+            pooled = pool_documents(hidden, document_ids, n_documents, self.pooling)
+            return self.classifier(pooled if self.pooler is None else self.pooler(pooled[:, None]))
         if self.pooler is not None:
             return self.classifier(self.pooler(hidden))
         mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(
@@ -248,6 +260,23 @@ class SequenceClassification(ParameterCount, nn.Module):
         else:
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
         return self.classifier(pooled)
+
+
+def pool_documents(
+    hidden: torch.Tensor, document_ids: torch.Tensor, n: int, pooling: str
+) -> torch.Tensor:
+    """(R, T, C) hidden states of packed rows -> (n, C), one per example: its first token, its
+    last, or the mean of its tokens (`pooling`); document_ids (R, T), -1 for padding."""
+    flat, documents = hidden.flatten(0, 1), document_ids.flatten()  # (R T, C), (R T,)
+    real = documents >= 0
+    tokens, documents = torch.arange(documents.numel(), device=flat.device)[real], documents[real]
+    if pooling == "mean":
+        sums = flat.new_zeros(n, flat.size(1)).index_add(0, documents, flat[tokens])
+        return sums / torch.bincount(documents, minlength=n).clamp(min=1)[:, None].to(flat.dtype)
+    first = pooling == "first"
+    at = torch.full((n,), flat.size(0) if first else -1, device=flat.device)
+    at = at.scatter_reduce(0, documents, tokens, reduce="amin" if first else "amax")
+    return flat[at]  # (n, C)
 
 
 class TokenClassification(ParameterCount, nn.Module):

@@ -103,6 +103,7 @@ class TransformerStack(ParameterCount, nn.Module):
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
         document_ids: torch.Tensor | None = None,
+        context_document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids (B, T) -> hidden states (B, T, C).
 
@@ -120,6 +121,8 @@ class TransformerStack(ParameterCount, nn.Module):
             each attends only within its own (`document_mask`), and positions restart at each
             (`document_positions`); a bias scheme needs no restart, since it reads key - query
             differences, equal within one example wherever it sits in the row.
+        context_document_ids: (B, S) the encoder states' examples, in packed rows: each token
+            attends across to its own example's only.
         """
         if self.cross_attention and context is None:
             raise ValueError("a stack with cross-attention needs the encoder states `context`")
@@ -137,6 +140,9 @@ class TransformerStack(ParameterCount, nn.Module):
         )
         rotation = self.pos.rotation(T, offset=start, positions=positions)
         cross_mask = None if context_mask is None else padding_mask(context_mask)
+        if document_ids is not None and context_document_ids is not None:
+            same = (document_ids[:, :, None] == context_document_ids[:, None, :])[:, None]
+            cross_mask = combine_masks(cross_mask, same)  # (B, 1, T, S)
         return self.final_norm(self._blocks(x, masks, rotation, context, cross_mask, cache))
 
     def _blocks(

@@ -13,6 +13,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import bert_special_ids, pad_rows
 from xfmr.objectives.contract import Objective
+from xfmr.objectives.packing import pack
 
 if TYPE_CHECKING:
     pass
@@ -32,6 +33,7 @@ class ClassificationObjective(Objective):
     by_perplexity = False
     loss_terms = ("examples",)  # a mean over examples; counts: the labels, one per example
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
+    packs = True
 
     def __init__(self, *, pooling: str = "first", max_length: int = 128) -> None:
         self.pooling = pooling
@@ -71,10 +73,18 @@ class ClassificationObjective(Objective):
         labels = torch.tensor([label for _, _, label in examples], dtype=torch.long)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Sentences (or pairs) share rows; each label stays its example's."""
+        keys = {"input_ids": self.pad_id, "attention_mask": 0}
+        return pack(batch, [("attention_mask", "document_ids", keys)])
+
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = model(batch["input_ids"], batch["attention_mask"])  # (B, n_classes)
+        packed = {}
+        if "document_ids" in batch:  # packed rows: one logit row per example all the same
+            packed = dict(document_ids=batch["document_ids"], n_documents=batch["labels"].size(0))
+        logits = model(batch["input_ids"], batch["attention_mask"], **packed)  # (B, n_classes)
         return {
             "examples": F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
         }, logits

@@ -86,13 +86,32 @@ def bert_special_ids(tokenizer: TextTokenizer) -> tuple[int, int, int]:
 
 
 def encoder_decoder_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits (B, T, V) of an encoder-decoder for a batch of source and shifted target ids."""
+    """Logits (B, T, V) of an encoder-decoder for a batch of source and shifted target ids
+    (packed rows: with their document ids, `seq2seq_sides`)."""
+    packed = {}
+    if "document_ids" in batch:
+        packed = dict(
+            document_ids=batch["document_ids"], decoder_document_ids=batch["decoder_document_ids"]
+        )
     return model(
         batch["input_ids"],
         batch["attention_mask"],
         batch["decoder_input_ids"],
         batch["decoder_attention_mask"],
+        **packed,
     )
+
+
+def seq2seq_sides(pad_id: int) -> list[tuple[str, str, dict[str, int]]]:
+    """The two sides an encoder-decoder's batch packs (`xfmr.objectives.packing.pack`)."""
+    return [
+        ("attention_mask", "document_ids", {"input_ids": pad_id, "attention_mask": 0}),
+        (
+            "decoder_attention_mask",
+            "decoder_document_ids",
+            {"decoder_input_ids": pad_id, "decoder_attention_mask": 0, "labels": IGNORE_INDEX},
+        ),
+    ]
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

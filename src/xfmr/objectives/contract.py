@@ -94,6 +94,7 @@ class Objective:
     uses_labels: ClassVar[bool] = False
     by_perplexity: ClassVar[bool] = True
     loss_terms: ClassVar[tuple[str, ...]] = ("tokens",)
+    packs: ClassVar[bool] = False  # `pack` lays a batch's examples into shared rows
     # PaLM's z-loss weight: set from the keyword `z_loss` by the objectives that take it.
     z_loss: float = 0.0
 
@@ -126,6 +127,11 @@ class Objective:
         """A list of examples of the kind it `reads` -> a batch with `labels`
         (IGNORE_INDEX where nothing counts)."""
         raise NotImplementedError
+
+    def pack(self, batch: Batch) -> Batch:
+        """The collated `batch` with its examples packed into shared rows (`data.packing`;
+        `xfmr.objectives.packing`), for the objectives that declare `packs`."""
+        raise TypeError(f"objective={self.name} does not pack its batches")
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """How many targets each loss term averages over in `batch`, a 0-d integer tensor per

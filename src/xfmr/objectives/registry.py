@@ -30,12 +30,13 @@ class ObjectiveFacts:
     reads: str
     segments: int = 0
     heads: tuple[str, ...] = ()
+    packs: bool = False
 
 
 def objective_facts(target: str) -> ObjectiveFacts:
     """The declarations of the objective class `target`; a UserError if it cannot be found or
     does not declare what every objective must."""
-    facts = _declared("objective", target, ("name", "archs", "reads", "segments", "heads"))
+    facts = _declared("objective", target, ("name", "archs", "reads", "segments", "heads", "packs"))
     missing = [n for n in ("name", "archs", "reads") if n not in facts]
     if missing:
         raise UserError(

@@ -12,10 +12,12 @@ from xfmr.objectives.common import (
     checked_z_loss,
     encoder_decoder_logits,
     pad_rows,
+    seq2seq_sides,
     token_loss_sum,
     token_terms,
 )
 from xfmr.objectives.contract import Objective, TextTask
+from xfmr.objectives.packing import pack
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -36,6 +38,7 @@ class Seq2SeqObjective(Objective):
     archs = ("encoder_decoder",)
     reads = "pairs"
     required_special_tokens = ("<pad>", "<s>", "</s>")
+    packs = True
 
     def __init__(self, *, label_smoothing: float = 0.1, z_loss: float = 0.0) -> None:
         if not 0.0 <= label_smoothing < 1.0:
@@ -62,6 +65,11 @@ class Seq2SeqObjective(Objective):
             "decoder_attention_mask": decoder_mask,
             "labels": labels.masked_fill(decoder_mask == 0, IGNORE_INDEX),
         }
+
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Pairs share rows: each source beside others in the encoder's row, its target in the
+        decoder's row of the same index, attending across to its own source only."""
+        return pack(batch, seq2seq_sides(self.pad_id))
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]

@@ -22,6 +22,7 @@ from xfmr.nn import ModelConfig
 from xfmr.nn.sizing import sized
 from xfmr.objectives.config import ObjectiveConfig
 from xfmr.objectives.contract import Objective
+from xfmr.objectives.packing import PackedCollate
 from xfmr.parts.labels import run_labels, trained_labels
 from xfmr.parts.sources import InitSource
 from xfmr.parts.tokenizer import prepare_tokenizer
@@ -95,9 +96,10 @@ def build_parts(
         objective.bind_labels(labels)
     if datamodule is not None:
         # Each batch with its loss terms' counts (what gradient accumulation divides by).
-        datamodule.attach(
-            tokenizer, CountedCollate(objective.collate, objective.counts), window=window
+        collate = (
+            PackedCollate(objective) if getattr(datamodule, "packing", False) else objective.collate
         )
+        datamodule.attach(tokenizer, CountedCollate(collate, objective.counts), window=window)
     model_config = plan.model_config or _model_config(
         plan, tokenizer.vocab_size, objective, announce=not is_worker
     )

@@ -1,0 +1,104 @@
+"""data.packing: a packed batch gives every example the loss and logits it has unpacked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xfmr.nn.config import ModelConfig
+from xfmr.objectives.classification import ClassificationObjective
+from xfmr.objectives.packing import first_fit, padding_share
+from xfmr.objectives.seq2seq import Seq2SeqObjective
+
+LENGTHS = (9, 2, 5, 3, 7, 1, 4)
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(3, 30, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _config(arch: str, pos: str) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=30, arch=arch, n_layers=2, n_heads=4, d_model=32, pos={"name": pos}
+    )
+
+
+def test_first_fit_fills_rows_longest_first_on_every_side():
+    assert first_fit([[5], [4], [3], [2], [1]], [6]) == [[0, 4], [1, 3], [2]]
+    assert first_fit([[3, 1], [3, 5], [2, 2]], [6, 6]) == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize(
+    ("arch", "pooling", "pos"),
+    [
+        ("encoder", "first", "learned"),
+        ("encoder", "mean", "relative"),
+        ("decoder", "last", "rotary"),
+        ("decoder", "mean", "alibi"),
+        ("encoder", "first", "sinusoidal"),
+    ],
+)
+def test_packed_classification_equals_unpacked(arch, pooling, pos):
+    objective = ClassificationObjective(pooling=pooling)
+    objective.pad_id, objective.cls_id, objective.sep_id = 0, 1, 2
+    objective.bind_labels(["a", "b", "c"])
+    torch.manual_seed(0)
+    model = objective.build_model(_config(arch, pos)).eval()
+    examples = [(_ids(n, i), None, i % 3) for i, n in enumerate(LENGTHS)]
+    batch = objective.collate(examples)
+    packed = objective.pack(batch)
+    assert packed["input_ids"].size(0) < batch["input_ids"].size(0)
+    assert padding_share(packed["attention_mask"]) < padding_share(batch["attention_mask"])
+    with torch.no_grad():
+        (loss, logits), (packed_loss, packed_logits) = (
+            objective.forward(model, b) for b in (batch, packed)
+        )
+    assert (packed_logits - logits).abs().max() < 1e-5
+    assert torch.allclose(packed_loss["examples"], loss["examples"], rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "relative", "rotary", "learned"])
+def test_packed_translation_equals_unpacked(pos):
+    objective = Seq2SeqObjective(label_smoothing=0.1)
+    objective.pad_id, objective.bos_id, objective.eos_id = 0, 1, 2
+    torch.manual_seed(0)
+    model = objective.build_model(_config("encoder_decoder", pos)).eval()
+    pairs = [(_ids(n, i), _ids(LENGTHS[-1 - i], 50 + i)) for i, n in enumerate(LENGTHS)]
+    batch = objective.collate(pairs)
+    packed = objective.pack(batch)
+    assert packed["input_ids"].size(0) < len(pairs)
+    with torch.no_grad():
+        (loss, logits), (packed_loss, packed_logits) = (
+            objective.forward(model, b) for b in (batch, packed)
+        )
+    assert torch.allclose(packed_loss["tokens"], loss["tokens"], rtol=1e-6, atol=1e-5)
+    for i in range(len(pairs)):  # each target's logits, wherever its row put them
+        mine = packed["decoder_document_ids"] == i
+        alone = logits[i, : int(batch["decoder_attention_mask"][i].sum())]
+        assert (packed_logits[mine] - alone).abs().max() < 1e-5, i
+    counted = [int((b["labels"] != -100).sum()) for b in (batch, packed)]
+    assert counted[0] == counted[1]  # the loss divides by the same count
+
+
+def test_packing_is_refused_for_an_objective_that_does_not_pack(tmp_path):
+    from xfmr.data.config import DataConfig
+    from xfmr.errors import UserError
+
+    (tmp_path / "t.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    data = DataConfig.read({"_target_": "xfmr.data.delimited.DelimitedDataModule",
+                            "train_path": str(tmp_path / "t.tsv"), "packing": True})  # fmt: skip
+    with pytest.raises(UserError, match="data.packing=true: objective=tagging does not pack"):
+        data.check_packing("tagging", False, ["classification", "seq2seq"])
+    data.check_packing("classification", True, ["classification", "seq2seq"])
+
+
+def test_a_packed_collate_pickles_for_loader_workers():
+    import pickle
+
+    from xfmr.objectives.packing import PackedCollate
+
+    objective = ClassificationObjective()
+    objective.pad_id, objective.cls_id, objective.sep_id = 0, 1, 2
+    collate = pickle.loads(pickle.dumps(PackedCollate(objective)))
+    batch = collate([([5, 6, 7, 8], None, 0), ([7], None, 1), ([8], None, 0)])
+    assert batch["input_ids"].size(0) == 2 and batch["labels"].tolist() == [0, 1, 0]
