@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,20 @@ QUICK = ("size=tiny", "data.val_batches=4", "trainer.val_check_interval=5", "dat
 PLUMBING = (*QUIET, "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false")
 
 
-def arguments(name: str, doc: str, *, steps: int, seeds: int) -> argparse.Namespace:
-    """The command line every experiment script takes; `doc` is its module docstring."""
+def arguments(
+    name: str,
+    doc: str,
+    *,
+    steps: int,
+    seeds: int,
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """The command line every experiment script takes; `doc` is its module docstring; `more`
+    adds a script's own arguments to the parser."""
     parser = script_parser(doc)
     add_shakespeare(parser)
+    if more is not None:
+        more(parser)
     parser.add_argument(
         "--runs", type=Path, default=ROOT / "outputs" / "experiments" / name,
         help="where the runs go; a finished run found there is reused (default: %(default)s)",
@@ -125,8 +135,18 @@ def with_quick(overrides: Sequence[str], *, quick: bool) -> list[str]:
 
 def _same(recorded: Sequence[str], wanted: Sequence[str]) -> bool:
     """results.json's overrides are `wanted` (which also names the run directory, which
-    results.json leaves out)?"""
-    return sorted(recorded) == sorted(o for o in wanted if not o.startswith("hydra.run.dir="))
+    results.json leaves out)? A path is compared as the file it names, so that a page's command
+    typed with a relative `--data` reuses runs made with an absolute one."""
+    wanted = [o for o in wanted if not o.startswith("hydra.run.dir=")]
+    return sorted(map(_resolved, recorded)) == sorted(map(_resolved, wanted))
+
+
+def _resolved(override: str) -> str:
+    """`key=PATH` with PATH made absolute where it names a file; any other override as given."""
+    key, equals, value = override.partition("=")
+    if equals and key.endswith("path") and value and Path(value).exists():
+        return f"{key}={Path(value).resolve()}"
+    return override
 
 
 def machine(runs: Sequence[Any] = ()) -> str:

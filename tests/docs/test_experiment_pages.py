@@ -13,9 +13,9 @@ from helpers import ROOT
 from helpers.experiment_scripts import benchmark_script
 
 PAGES = ROOT / "docs" / "experiments"
-LISTED = re.compile(r"^\| .+ \| \[(\w+)\.md\]\(\1\.md\) \| `benchmarks/(experiment_\w+)\.py` \|$",
+LISTED = re.compile(r"^\| .+ \| \[([\w-]+)\.md\]\(\1\.md\) \| `benchmarks/(experiment_\w+)\.py` \|$",
                     re.MULTILINE)  # fmt: skip
-FIGURE = re.compile(r"^!\[([^\]]+)\]\((\w+/[\w.-]+\.png)\)\n\n\*([^*]+)\*$", re.MULTILINE)
+FIGURE = re.compile(r"^!\[([^\]]+)\]\(([\w-]+/[\w.-]+\.png)\)\n\n\*([^*]+)\*$", re.MULTILINE)
 
 
 def listed() -> dict[str, str]:
