@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import random
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers.step_module import step_module
 from xfmr.data.order import COUNTS, counted_windows
 from xfmr.errors import UserError
-from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.objectives.clm import CausalLMObjective
 from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS
 from xfmr.objectives.config import ObjectiveConfig
@@ -126,34 +125,8 @@ def _case(name: str, z_loss: float) -> tuple[Objective, str, list[Any]]:
     return objective, "encoder", pairs
 
 
-class _Strategy:
-    def backward(self, loss: torch.Tensor, optimizer: Any) -> None:
-        loss.backward()
-
-
 def _module(objective: Objective, arch: str) -> XfmrModule:
-    """The training module on a tiny model, its update left out: the step's loss stays read."""
-    torch.manual_seed(0)
-    config = ModelConfig(
-        arch=arch,
-        vocab_size=VOCAB,
-        n_layers=1,
-        n_heads=2,
-        d_model=16,
-        dropout=0.0,
-        attn_dropout=0.0,
-        type_vocab_size=2,
-        pos=PosConfig(name="learned", max_positions=32),
-    )
-    module = XfmrModule(
-        model=objective.build_model(config),
-        model_config={},
-        objective=objective,
-        optimizer=torch.optim.SGD,
-    )
-    module.trainer = SimpleNamespace(world_size=1, strategy=_Strategy())
-    module._optimizer_step = lambda: None
-    return module.train()
+    return step_module(objective, arch, vocab_size=VOCAB)
 
 
 def _step(name: str, z_loss: float, cuts: tuple[int, ...]) -> XfmrModule:

@@ -6,7 +6,6 @@ counts; the training loader attaches the right totals to each window."""
 from __future__ import annotations
 
 import random
-from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,9 +13,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from helpers.step_module import step_module
 from xfmr.data.order import COUNTS, WINDOW_COUNTS, CountedCollate, TrainingLoader, counted_windows
 from xfmr.kinds import QAItem, QAWindow
-from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.objectives.classification import ClassificationObjective
 from xfmr.objectives.clm import CausalLMObjective
 from xfmr.objectives.contract import Objective
@@ -130,41 +129,8 @@ OBJECTIVES = [
 ]
 
 
-class _Strategy:
-    """What the training step asks of Lightning's strategy: the backward (`manual_backward`),
-    and DDP's `no_sync` for the window's backwards before its last."""
-
-    def backward(self, loss: torch.Tensor, optimizer: Any) -> None:
-        loss.backward()
-
-    def block_backward_sync(self) -> Any:
-        return nullcontext()
-
-
 def _module(objective: Objective, arch: str, *, world_size: int = 1) -> XfmrModule:
-    torch.manual_seed(0)
-    config = ModelConfig(
-        arch=arch,
-        vocab_size=VOCAB,
-        n_layers=1,
-        n_heads=2,
-        d_model=16,
-        dropout=0.0,
-        attn_dropout=0.0,
-        type_vocab_size=2,
-        pos=PosConfig(name="learned", max_positions=32),
-    )
-    module = XfmrModule(
-        model=objective.build_model(config),
-        model_config={},
-        objective=objective,
-        optimizer=torch.optim.SGD,
-    )
-    # What the training step reads of its trainer; the ranks' sum is done by the test
-    # (`_all_ranks`), and the update is left out, so the test reads the step's gradients.
-    module.trainer = SimpleNamespace(world_size=world_size, strategy=_Strategy())
-    module._optimizer_step = lambda: None
-    return module.train()
+    return step_module(objective, arch, vocab_size=VOCAB, world_size=world_size)
 
 
 def _rows(batch: dict[str, Any], rows: slice) -> dict[str, Any]:
