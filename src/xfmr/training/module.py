@@ -330,8 +330,8 @@ class XfmrModule(L.LightningModule):
         if self.nonfinite_guard is not None and not self._skips_on_device:
             log.info(
                 "nonfinite guard: %s cannot leave a step out on the device, so each step's "
-                "verdict is read back (one wait for the device a step); a fused optimizer "
-                "(optim.fused=true) with one of xfmr's schedules avoids it",
+                "verdict is read back (one wait for the device a step); a fused AdamW "
+                "(optim=adamw optim.fused=true) with one of xfmr's schedules avoids it",
                 type(optimizer).__name__,
             )
 
