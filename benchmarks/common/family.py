@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Literal
 
 from xfmr.runs.compare.multiplicity import correct_p_values, simultaneous_confidence
 from xfmr.runs.compare.stats import Difference, paired
 from xfmr.runs.compare.verdicts import tost, verdict
 
 Made = Callable[[float], Difference | None]  # a difference at a confidence level
+Correction = Literal["bonferroni", "holm"]
 
 
 def paired_at(values: Sequence[float], baseline: Sequence[float]) -> Made:
@@ -34,7 +36,7 @@ def paired_at(values: Sequence[float], baseline: Sequence[float]) -> Made:
 
 class Family:
     """The page's differences, keyed as the caller likes, each with its interval at the
-    family's simultaneous level and its Bonferroni-corrected p-values and verdict.
+    family's simultaneous level and its corrected p-values (Bonferroni's, or Holm's) and verdict.
 
     Attributes:
         keys: the differences that could be tested, in the order given.
@@ -48,10 +50,16 @@ class Family:
         made: Mapping[Hashable, Made],
         margin: float,
         margins: Mapping[Hashable, float] | None = None,
+        *,
+        correction: Correction = "bonferroni",
     ) -> None:
         """`margin`: the equivalence margin of every difference, but those `margins` names
-        (differences in other units: an exponent's, say)."""
+        (differences in other units: an exponent's, say). `correction`: how the p-values are
+        corrected together, "bonferroni" or "holm" (the module's docstring)."""
+        if correction not in ("bonferroni", "holm"):
+            raise ValueError(f"correction={correction!r}: give 'bonferroni' or 'holm'")
         self.margin = margin
+        self.correction = correction
         self.margins = {key: (margins or {}).get(key, margin) for key in made}
         plain = {key: make(0.95) for key, make in made.items()}
         self.keys = [key for key, found in plain.items() if found is not None]
@@ -59,7 +67,7 @@ class Family:
         raw += [tost(plain[k], self.margins[k]) for k in self.keys]
         self.count = sum(1 for p in raw if not math.isnan(p))
         self.level = simultaneous_confidence(max(self.count, 1))
-        corrected = correct_p_values(raw, method="bonferroni")
+        corrected = correct_p_values(raw, method=correction)
         self.differences: dict[Hashable, Difference] = {}
         self.p: dict[Hashable, float] = {}
         self.p_equivalent: dict[Hashable, float] = {}
@@ -86,6 +94,8 @@ class Family:
 
     def explained(self) -> str:
         """The sentence a page's scope gives its tests: how many, how corrected, what level."""
+        if self.correction == "holm":
+            return self._explained_holm()
         return (
             f"{self.count} p-values (each difference's, and its TOST's against ±{self.margin:g} "
             "or the margin its table states), "
@@ -95,6 +105,19 @@ class Family:
             f"corrected level ({1 - self.level:.5f} a side) shows equivalence exactly when the "
             f"narrower {1 - 2 * (1 - self.level):.4f} interval lies within the margin, so a shown "
             "interval that reaches a little past it can still read as equivalent."
+        )
+
+    def _explained_holm(self) -> str:
+        return (
+            f"{self.count} p-values (each difference's, and its TOST's against ±{self.margin:g} "
+            "or the margin its table states), corrected together by Holm's step-down (Holm "
+            "1979; `multiplicity.correct_p_values(method='holm')`), which holds the chance of "
+            "any false finding among them to 5% as Bonferroni does and rejects all it rejects "
+            "and perhaps more. Holm has no intervals of its own: each difference's interval is at "
+            f"Bonferroni's simultaneous level, {self.level:.5f} "
+            "(`multiplicity.simultaneous_confidence`), so all hold together at 95%, and a "
+            "difference Holm finds can still have an interval that reaches 0. A verdict is read "
+            "from the Holm-corrected p-values."
         )
 
 
