@@ -79,11 +79,13 @@ def test_the_recipes_page_is_written_from_its_runs(tmp_path: Path, script: Modul
     assert "Quick mode" in page and "## Scope" in page and "## Machine and time" in page
     assert "Holm" in page and "Welch" not in page
     tokens, time, reach = tables(page, "setting")
+    assert {row[0] for row in tokens} == SHAKESPEARE | MULTI30K and len(tokens) == 10
+    # At equal time a quick run on a loaded machine may validate first after S: its setting
+    # then has fewer runs there, or none (the slowest, `all`, most often).
+    assert {"baseline", "padded"} <= {row[0] for row in time} <= SHAKESPEARE | MULTI30K
     for table in (tokens, time):
-        assert {row[0] for row in table} == SHAKESPEARE | MULTI30K and len(table) == 10
         for name, data, n, _, delta, test, p, p_equivalent, verdict, _, _ in table:
             assert data == ("multi30k" if name in MULTI30K else "shakespeare")
-            # At equal time a quick run on a loaded machine may validate first after S.
             if table is time and n != "2":
                 continue
             assert n == "2"
