@@ -33,9 +33,10 @@ def reference(q, k, v, allowed, *, cap=None, bias=None):
 def _allowed(window, causal, lengths):
     """(B, 1, T, T): within the window (and causal) and onto a real key; a query with no key
     at all (a padding position) sees every key, as xfmr's masks open it."""
-    near = window_mask(T, window, causal=causal) if window else torch.ones(T, T, dtype=torch.bool)
-    if causal and not window:
-        near = near.tril()
+    t, s = torch.arange(T)[:, None], torch.arange(T)[None, :]  # written here, not window_mask
+    near = (t - s).abs() < window if window else torch.ones(T, T, dtype=torch.bool)
+    if causal:
+        near = near & (s <= t)
     real = torch.arange(T)[None, :] >= T - torch.tensor(lengths)[:, None]  # left padding
     allowed = near[None, None] & real[:, None, None, :]
     return allowed | ~allowed.any(-1, keepdim=True), real.long()
