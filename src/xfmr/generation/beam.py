@@ -83,11 +83,15 @@ def beam_search(
     config: GenerationConfig,
     eos_id: int | None,
     decoder_start_id: int | None,
+    vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search over every row of `prompt`; per row, its `n_best` finished hypotheses."""
+    """Beam search over every row of `prompt`; per row, its `n_best` finished hypotheses
+    (ids from `vocab_size` on, a padded vocabulary's extra rows, never chosen)."""
     B, K, max_new = len(prompt.rows), config.num_beams, config.max_new_tokens
-    rows = Rows.open(model, prompt, config=config, decoder_start_id=decoder_start_id)
-    logits = rows.session.first_logits()  # (B, V): the prompt runs once per source
+    rows = Rows.open(
+        model, prompt, config=config, decoder_start_id=decoder_start_id, vocab_size=vocab_size
+    )
+    logits = rows.first_logits()  # (B, V): the prompt runs once per source
     expand = torch.arange(B, device=logits.device).repeat_interleave(K)
     rows.reorder(expand, same_sources=False)
     logits = logits.index_select(0, expand)  # (B * K, V)

@@ -49,6 +49,15 @@ def ban_repeated_ngrams(logprobs: torch.Tensor, history: History, size: int) -> 
     return logprobs.masked_fill_(counts > 0, NEG_INF)
 
 
+def ban_padded_ids(logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+    """Set to -inf the ids from `vocab_size` on: the rows a padded vocabulary adds to the LM
+    head (`model.vocab_multiple`), which are no token. logits: (N, V), changed in place and
+    returned; untouched where V <= vocab_size or vocab_size is None."""
+    if vocab_size is not None and logits.size(-1) > vocab_size:
+        logits[:, vocab_size:] = NEG_INF
+    return logits
+
+
 def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k largest logits per row (ties at the k-th all stay), the rest -inf."""
     kth = torch.topk(logits, min(k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)

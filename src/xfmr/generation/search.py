@@ -27,6 +27,7 @@ def generate(
     pad_id: int,
     decoder_start_id: int | None = None,
     max_positions: int | None = None,
+    vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode every row of `input_ids` as `config` says.
 
@@ -40,6 +41,8 @@ def generate(
         pad_id: the id written into pads.
         decoder_start_id: encoder-decoder only: the decoder's first input (<s>; <pad> for T5).
         max_positions: positions the model can take; None: its learned/sinusoidal table's size.
+        vocab_size: the tokenizer's vocabulary: ids from it on (the rows a padded vocabulary
+            adds, `model.vocab_multiple`) are never chosen. None: the model config's.
 
     Returns:
         Per input row, up to `config.n_best` hypotheses, best first.
@@ -54,11 +57,18 @@ def generate(
     prompt = _prompt(model, input_ids, attention_mask, pad_id)
     _check_positions(model, prompt, config.max_new_tokens, max_positions)
     search = beam_search if config.strategy == "beam" else greedy_or_sample
+    if vocab_size is None:
+        vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
     was_training = model.training
     model.eval()
     try:
         return search(
-            model, prompt, config=config, eos_id=eos_id, decoder_start_id=decoder_start_id
+            model,
+            prompt,
+            config=config,
+            eos_id=eos_id,
+            decoder_start_id=decoder_start_id,
+            vocab_size=vocab_size,
         )
     finally:
         model.train(was_training)
@@ -132,12 +142,15 @@ def greedy_or_sample(
     config: GenerationConfig,
     eos_id: int | None,
     decoder_start_id: int | None,
+    vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
     """One token per row per step: the most likely (greedy) or a draw (sample; `n_best`
     independent draws per row). A row leaves the batch when it emits eos."""
     B, copies, max_new = len(prompt.rows), config.n_best, config.max_new_tokens
-    rows = Rows.open(model, prompt, config=config, decoder_start_id=decoder_start_id)
-    logits = rows.session.first_logits()  # (B, V)
+    rows = Rows.open(
+        model, prompt, config=config, decoder_start_id=decoder_start_id, vocab_size=vocab_size
+    )
+    logits = rows.first_logits()  # (B, V)
     if copies > 1:  # the prompt ran once; its copies start from the same cache
         expand = torch.arange(B, device=logits.device).repeat_interleave(copies)
         rows.reorder(expand, same_sources=False)

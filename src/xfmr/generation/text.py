@@ -20,8 +20,10 @@ def sample_text(
     config: GenerationConfig,
     max_context: int | None = None,
     pad_id: int = 0,
+    vocab_size: int | None = None,
 ) -> list[int]:
-    """`prompt` followed by `max_new_tokens` generated ids (no eos ends it).
+    """`prompt` followed by `max_new_tokens` generated ids (no eos ends it), each below
+    `vocab_size` (the tokenizer's; None: the model config's), as `generate` chooses them.
 
     With `max_context`, the model never sees more than that many tokens: generation runs in
     windows (a KV cache within each), each after the first starting from the last half of the
@@ -43,7 +45,13 @@ def sample_text(
         )
         inputs = torch.tensor([context], device=device)
         best = generate(
-            model, inputs, config=step_config, eos_id=None, pad_id=pad_id, max_positions=max_context
+            model,
+            inputs,
+            config=step_config,
+            eos_id=None,
+            pad_id=pad_id,
+            max_positions=max_context,
+            vocab_size=vocab_size,
         )[0][0]
         ids += best.tokens
         remaining -= len(best.tokens)

@@ -5,6 +5,10 @@ in one place.
 
 A setting xfmr cannot reproduce is refused with a ValueError naming the HF field and its value;
 which xfmr settings each family represents is `xfmr.interop.hf_families`' business.
+
+An HF `vocab_size` is the model's rows (`ModelConfig.padded_vocab_size`): a model trained with
+`model.vocab_multiple` exports them all and reads back as that many tokens at vocab_multiple 1,
+as GPT-2 exported from nanoGPT (50,304 rows for 50,257 tokens) does.
 """
 
 from __future__ import annotations
@@ -157,7 +161,7 @@ def t5_config(hf: Any) -> ModelConfig:
 
 def gpt2_hf_config(config: ModelConfig) -> dict[str, Any]:
     return dict(
-        vocab_size=config.vocab_size,
+        vocab_size=config.padded_vocab_size,
         n_positions=config.pos.max_positions,
         n_embd=config.d_model,
         n_layer=config.n_layers,
@@ -178,7 +182,7 @@ def bert_hf_config(config: ModelConfig) -> dict[str, Any]:
     """Segment embeddings: at least one (BERT always adds segment 0's, zeros for a model
     without them)."""
     return dict(
-        vocab_size=config.vocab_size,
+        vocab_size=config.padded_vocab_size,
         hidden_size=config.d_model,
         num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads,
@@ -198,7 +202,7 @@ def bert_hf_config(config: ModelConfig) -> dict[str, Any]:
 def t5_hf_config(config: ModelConfig) -> dict[str, Any]:
     """v1 (tied, scaled output) or v1.1 (neither): `tie_word_embeddings` says which."""
     return dict(
-        vocab_size=config.vocab_size,
+        vocab_size=config.padded_vocab_size,
         d_model=config.d_model,
         d_kv=config.head_dim,
         d_ff=config.d_ff,

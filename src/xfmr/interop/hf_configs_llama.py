@@ -132,7 +132,7 @@ def _decoder(hf: Any, *, activation_field: str = "hidden_act", **settings: Any) 
 def _hf_decoder(config: ModelConfig, *, activation_field: str = "hidden_act") -> dict[str, Any]:
     """The HF config fields the Llama line shares."""
     return {
-        "vocab_size": config.vocab_size,
+        "vocab_size": config.padded_vocab_size,
         "hidden_size": config.d_model,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_layers,

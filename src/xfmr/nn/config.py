@@ -181,6 +181,13 @@ class ModelConfig:
         "the LM's output logits capped to cap * tanh(x / cap) (Gemma 2: 30)",
         archs=("decoder", "encoder_decoder"),
     )
+    vocab_multiple: int = key(
+        1,
+        "the embedding and LM head get vocab_size rounded up to a multiple of this many rows, "
+        "for GPU-friendly matmul shapes (nanoGPT: 50257 -> 50304 with 64; Megatron-LM's "
+        "--make-vocab-size-divisible-by); the extra ids are never generated",
+        exports=True,
+    )
     tie_embeddings: bool = key(
         True, "the LM head is the token embedding (Press & Wolf 2017)", fine_tune=True, exports=True
     )
@@ -254,8 +261,8 @@ class ModelConfig:
             part = getattr(self, name)
             if part is not None and not (isinstance(part, dict) and part.get(TARGET)):
                 raise ValueError(f"{name}={part!r} must be null or name a class in `_target_`")
-        for name in ("vocab_size", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff",
-                     "n_decoder_layers"):  # fmt: skip
+        for name in ("vocab_size", "vocab_multiple", "n_layers", "n_heads", "n_kv_heads",
+                     "d_model", "d_ff", "n_decoder_layers"):  # fmt: skip
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.target_params is not None and self.target_params < 1:
@@ -282,6 +289,14 @@ class ModelConfig:
         if self.window is None or (self.global_every and (layer + 1) % self.global_every == 0):
             return None
         return self.window
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """The rows of the token embedding and the LM head: `vocab_size` rounded up to a
+        multiple of `vocab_multiple` (itself at 1). Ids from vocab_size on are never a token."""
+        if self.vocab_size is None:
+            raise ValueError("vocab_size is not set: the run sets it from the tokenizer")
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     @property
     def head_dim(self) -> int:

@@ -37,7 +37,7 @@ class EncoderDecoder(ParameterCount, nn.Module):
             cross_attention=True,
             tok_emb=self.encoder.tok_emb if config.share_embeddings else None,
         )
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.decoder.tok_emb.weight  # Press & Wolf 2017
         self.logit_scale = config.d_model**-0.5 if config.scale_logits else None

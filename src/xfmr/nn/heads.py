@@ -137,7 +137,7 @@ def bert_mlm_head(config: ModelConfig, backbone: Encoder) -> MLMHead:
     """BERT's MLM head for `config`, tied to `backbone`'s token embedding when `tie_embeddings`."""
     return MLMHead(
         config.d_model,
-        config.vocab_size,
+        config.padded_vocab_size,
         activation=config.activation,
         norm=config.norm,
         norm_eps=config.norm_eps,
@@ -167,9 +167,12 @@ class EncoderMaskedLM(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids (B, T) -> logits (B, T, V)."""
-        return self.mlm(self.backbone(input_ids, attention_mask, token_type_ids))
+        """input_ids (B, T) -> logits (B, T, V); document_ids: (B, T) in packed rows."""
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
+        return self.mlm(hidden)
 
 
 class EncoderNextSentence(ParameterCount, nn.Module):
@@ -305,10 +308,15 @@ class TokenClassification(ParameterCount, nn.Module):
         init_weights(self, config)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, T, n_labels)."""
-        hidden = self.backbone(input_ids, attention_mask)  # (B, T, C)
+        """input_ids (B, T), attention_mask (B, T) with 1 for real tokens -> logits (B, T, n_labels);
+        document_ids: (B, T) in packed rows."""
+        hidden = self.backbone(input_ids, attention_mask, document_ids=document_ids)  # (B, T, C)
         return self.classifier(self.dropout(hidden))
 
 
@@ -339,10 +347,15 @@ class SpanExtraction(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids (B, T) -> span logits (B, T, 2): [..., 0] start, [..., 1] end.
 
         attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        document_ids: (B, T) in packed rows.
         """
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        hidden = self.backbone(
+            input_ids, attention_mask, token_type_ids, document_ids=document_ids
+        )  # (B, T, C)
         return self.span_head(hidden)

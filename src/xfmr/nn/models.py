@@ -34,7 +34,7 @@ class CausalLM(ParameterCount, nn.Module):
         super().__init__()
         self.config = config
         self.backbone = DecoderOnly(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.backbone.tok_emb.weight  # Press & Wolf 2017
         init_weights(self, config)

@@ -32,7 +32,7 @@ class RNNLM(ParameterCount, nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.tok_emb = nn.Embedding(config.padded_vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.rnn = RNN_CELLS[config.rnn_cell](
             config.d_model,
@@ -41,7 +41,7 @@ class RNNLM(ParameterCount, nn.Module):
             dropout=config.dropout if config.n_layers > 1 else 0.0,  # between layers only
             batch_first=True,
         )
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         init_weights(self, config)

@@ -56,7 +56,9 @@ class TransformerStack(ParameterCount, nn.Module):
         self.causal = causal
         self.cross_attention = cross_attention
         self.tok_emb = (
-            tok_emb if tok_emb is not None else nn.Embedding(config.vocab_size, config.d_model)
+            tok_emb
+            if tok_emb is not None
+            else nn.Embedding(config.padded_vocab_size, config.d_model)
         )
         self.type_emb = nn.Embedding(type_vocab_size, config.d_model) if type_vocab_size else None
         self.pos = scheme_of(config, bidirectional=not causal)

@@ -103,6 +103,13 @@ def build_parts(
     model_config = plan.model_config or _model_config(
         plan, tokenizer.vocab_size, objective, announce=not is_worker
     )
+    if model_config.padded_vocab_size != model_config.vocab_size and not is_worker:
+        log.info(
+            "model.vocab_multiple=%d: the vocabulary's %d tokens take %d rows",
+            model_config.vocab_multiple,
+            model_config.vocab_size,
+            model_config.padded_vocab_size,
+        )
     if (
         plan.init is not None
         and plan.init.kind == "hf"

@@ -102,6 +102,12 @@ def pretrained_model_config(hf_dir: Path, model: ModelConfig, block_size: int | 
     whose learned positions must cover `block_size` (the data's, if it cuts token blocks)."""
     from xfmr.interop.hf import hf_model_config
 
+    if model.vocab_multiple != 1:  # the checkpoint's rows are its vocab_size, padded or not
+        raise UserError(
+            f"model.vocab_multiple={model.vocab_multiple} does not apply with "
+            f"init_from=hf:{hf_dir}, whose config.json decides the vocabulary's rows: leave it "
+            "at 1"
+        )
     try:
         config = hf_model_config(hf_dir, dropout=model.dropout, attn_dropout=model.attn_dropout)
     except ValueError as e:

@@ -110,7 +110,8 @@ def _labels(run: LoadedRun) -> dict[str, Any]:
 
 def _generation(hf_model: Any, run: LoadedRun) -> None:
     """generation_config.json says what xfmr-generate does by default: greedy, stopping at
-    the objective's eos (a causal LM: at max_new_tokens only)."""
+    the objective's eos (a causal LM: at max_new_tokens only), never choosing the ids past the
+    tokenizer's that a padded vocabulary (`model.vocab_multiple`) adds to the head."""
     if not hf_model.can_generate():
         return
     ids = _token_ids(run)
@@ -119,6 +120,9 @@ def _generation(hf_model: Any, run: LoadedRun) -> None:
         if key in ids:
             setattr(settings, key, ids[key])
     settings.do_sample = False
+    padded = list(range(run.tokenizer.vocab_size, hf_model.config.vocab_size))
+    if padded:
+        settings.suppress_tokens = padded
 
 
 def model_card(run: LoadedRun, family: Family, out: Path) -> str:
@@ -149,7 +153,7 @@ A `{family.hf_class}` exported by xfmr from the run `{run.files.run_dir.name}`
 arch={model.arch}, {model.n_layers} layers{_decoder_layers(model)}, d_model={model.d_model},
 {model.n_heads} heads, d_ff={model.d_ff}, pos={model.pos.name}, norm={model.norm}
 ({model.placement}-LN), activation={model.activation}, bias={model.bias},
-tied embeddings={model.tie_embeddings}, vocabulary {model.vocab_size} tokens;
+tied embeddings={model.tie_embeddings}, vocabulary {model.vocab_size} tokens{_rows(model)};
 {sum(p.numel() for p in run.model.parameters()):,} parameters.
 
 ## Training
@@ -174,6 +178,13 @@ tokenizer = AutoTokenizer.from_pretrained("{out.name}")
 model = {auto}.from_pretrained("{out.name}")
 ```
 """
+
+
+def _rows(model: Any) -> str:
+    """The head's rows where a padded vocabulary adds some (ids never generated)."""
+    if model.padded_vocab_size == model.vocab_size:
+        return ""
+    return f" in {model.padded_vocab_size} rows (model.vocab_multiple={model.vocab_multiple})"
 
 
 def _decoder_layers(model: Any) -> str:

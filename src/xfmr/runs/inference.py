@@ -197,6 +197,7 @@ def generate_rows(
                 pad_id=task.pad_id,
                 decoder_start_id=task.decoder_start_id,
                 max_positions=position_limit(run.model),
+                vocab_size=run.tokenizer.vocab_size,
             )
         except ValueError as e:  # the settings against this model, e.g. positions exhausted
             raise UserError(str(e)) from None
@@ -223,7 +224,8 @@ def fill_masks(
     run: LoadedRun, task: TextTask, rows: list[list[int]], *, batch_size: int
 ) -> list[str]:
     """Each input with every [MASK] replaced by the encoder's most likely token (special
-    tokens excluded), predicted for all masks at once from the input as given."""
+    tokens, and the ids past the tokenizer's that a padded vocabulary adds, excluded),
+    predicted for all masks at once from the input as given."""
     specials = torch.tensor(sorted(run.tokenizer.special_ids()), dtype=torch.long)
     filled: list[str] = []
     for start in range(0, len(rows), batch_size):
@@ -232,6 +234,7 @@ def fill_masks(
         output = run.model(ids.to(run.device), mask.to(run.device))
         logits = (output[0] if isinstance(output, tuple) else output).float()  # (B, T, V)
         logits[..., specials.to(logits.device)] = float("-inf")
+        logits[..., run.tokenizer.vocab_size :] = float("-inf")  # model.vocab_multiple's rows
         best = logits.argmax(-1).cpu()  # (B, T)
         predicted = torch.where(ids == task.mask_id, best, ids)
         for row, row_ids in zip(chunk, predicted, strict=True):

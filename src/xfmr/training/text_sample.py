@@ -59,6 +59,7 @@ class TextSample(L.Callback):
             max_new_tokens=self.max_new_tokens,
             config=config,
             max_context=self.max_context,
+            vocab_size=self.tokenizer.vocab_size,
         )
         if trainer.global_rank == 0:
             text = self.tokenizer.decode(out)
