@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -55,6 +56,7 @@ from pathlib import Path
 
 import lightning
 import torch
+import yaml
 
 from common import nanogpt
 from common.cli import add_nanogpt, add_shakespeare, command_line, script_parser
@@ -79,9 +81,14 @@ TINY_GPT2 = Shape(d_model=64, n_layers=2, n_heads=2, block_size=64, batch_size=2
 DROPOUT = 0.2
 LR = 1e-3  # nanoGPT's learning_rate in config/train_shakespeare_char.py
 WARMUP = 100  # nanoGPT's warmup_iters
-# xfmr's `compile` values, eager first; nanoGPT's --compile has the first two.
+# xfmr's `compile` values, eager first; nanoGPT's --compile has the first two. auto (the
+# default) is measured as what it chose, reduce-overhead on one GPU at these fixed shapes.
 COMPILE_MODES = ("false", "true", "reduce-overhead")
+CHOSEN_MODES = (*COMPILE_MODES, "auto")
 NANOGPT_MODES = ("false", "true")
+GPT2_VOCAB = 50304  # GPT-2's 50,257 tokens padded to a multiple of 64, as nanoGPT pads them
+FIRST_STEP = re.compile(r"compile=\S+: the first step took ([\d.]+) s")
+AUTO_LINE = re.compile(r"(compile=auto: .*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -123,13 +130,23 @@ def compile_fallback(output: str) -> str | None:
 
 
 def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=()):
-    """One xfmr-train run; its Row and run directory."""
+    """One xfmr-train run; its Row (compile=auto's row named by what it chose) and run
+    directory."""
     overrides = [*xfmr_overrides(shape, setup, steps), f"compile={mode}", *extra]
     run_dir = setup.out / f"xfmr-{table}-compile-{mode}"
     finished = xfmr_train(overrides, run_dir, setup.out / "cache")
+    (run_dir / "xfmr-train.log").write_text(finished.output)  # what a user of it would read
     results = finished.results
-    row = Row(table, XFMR, mode, results["precision"], results["ms_per_step"])
-    row.note = compile_fallback(finished.output) if mode != "false" else None
+    chosen = mode
+    if mode == "auto":
+        ran = yaml.safe_load((run_dir / "config.yaml").read_text())["compile"]
+        chosen = "false" if ran is False else "true" if ran == "default" else str(ran)
+    row = Row(table, XFMR, chosen, results["precision"], results["ms_per_step"])
+    said = AUTO_LINE.search(finished.output) if mode == "auto" else None
+    row.note = said[1].strip() if said else None
+    row.note = compile_fallback(finished.output) or row.note if chosen != "false" else row.note
+    first = FIRST_STEP.search(finished.output)
+    row.first_step_s = float(first[1]) if first else None
     return row, run_dir
 
 
@@ -197,22 +214,35 @@ def shakespeare_rows(args, setup: Setup, report: Report) -> None:
             report.add(with_mfu(nanogpt_row, shape, fpt, setup.peak))
 
 
-def gpt2_rows(args, setup: Setup, report: Report) -> None:
-    """Speed only: no run is scored, none saves its weights."""
+def gpt2_rows(args, setup: Setup, report: Report, table: str) -> None:
+    """Speed only: no run is scored, none saves its weights. Table gpt2_vocab: GPT-2's padded
+    vocabulary over the same characters (xfmr: model.vocab_multiple; nanoGPT: its default
+    vocabulary, read from a dataset folder without the characters' meta.pkl)."""
     shape = gpt2_shape(args)
     unsaved = ["callbacks.model_checkpoint=null", "trainer.limit_val_batches=2"]
-    fpt = flops_per_token(shape, setup.vocab_size)
+    no_bias = ["--bias=False", "--dropout=0.0"]
+    vocab_size = setup.vocab_size
+    if table == "gpt2_vocab":
+        vocab_size = GPT2_VOCAB
+        unsaved.append(f"model.vocab_multiple={GPT2_VOCAB}")
+        no_bias.append(f"--dataset={nanogpt.without_vocabulary(setup.copy)}")
+    fpt = flops_per_token(shape, vocab_size)
     for mode in compile_modes(args):
-        row, _ = run_xfmr("gpt2", shape, setup, args.gpt2_steps, mode, unsaved)
+        row, _ = run_xfmr(table, shape, setup, args.gpt2_steps, mode, unsaved)
         report.add(with_mfu(row, shape, fpt, setup.peak))
         if mode in NANOGPT_MODES:
-            no_bias = ["--bias=False", "--dropout=0.0"]
-            row, _ = run_nanogpt("gpt2", shape, setup, args.gpt2_steps, mode, no_bias)
+            row, _ = run_nanogpt(table, shape, setup, args.gpt2_steps, mode, no_bias)
             report.add(with_mfu(row, shape, fpt, setup.peak))
 
 
+def gpt2_tables(args) -> list[str]:
+    return {"chars": ["gpt2"], "gpt2": ["gpt2_vocab"], "both": ["gpt2", "gpt2_vocab"]}[
+        args.gpt2_vocab
+    ]
+
+
 def compile_modes(args) -> tuple[str, ...]:
-    return COMPILE_MODES if args.compile else COMPILE_MODES[:1]
+    return tuple(args.modes) if args.compile else COMPILE_MODES[:1]
 
 
 def gpt2_shape(args) -> Shape:
@@ -265,13 +295,30 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--gpt2-batch", type=int, default=GPT2_SMALL.batch_size)
     parser.add_argument("--gpt2-steps", type=int, default=30)
     parser.add_argument("--no-gpt2", dest="gpt2", action="store_false")
+    parser.add_argument(
+        "--gpt2-vocab",
+        choices=("chars", "gpt2", "both"),
+        default="chars",
+        help=f"the GPT-2-shaped model's vocabulary: the characters, GPT-2's {GPT2_VOCAB}, or both",
+    )
+    parser.add_argument(
+        "--modes",
+        type=lambda text: text.split(","),
+        default=list(COMPILE_MODES),
+        help=f"xfmr's compile values to run, comma-separated, of {','.join(CHOSEN_MODES)}",
+    )
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA GPU here; --device cpu runs the same path on the CPU")
-    if min(args.steps, args.gpt2_steps) <= SETTLE_STEPS + 1:
-        sys.exit(f"--steps and --gpt2-steps: give more than {SETTLE_STEPS + 1} (5..N are timed)")
+    if not set(args.modes) <= set(CHOSEN_MODES):
+        sys.exit(f"--modes={','.join(args.modes)}: give some of {','.join(CHOSEN_MODES)}")
+    if min(args.steps or SETTLE_STEPS + 2, args.gpt2_steps) <= SETTLE_STEPS + 1:
+        sys.exit(
+            f"--steps and --gpt2-steps: give more than {SETTLE_STEPS + 1} (5..N are timed); "
+            "--steps 0 leaves the Shakespeare table out"
+        )
     return args
 
 
@@ -318,13 +365,17 @@ def main() -> None:
     vocab_size = len(set(data.read_text(encoding="utf-8")))
     with nanogpt.temporary_copy(args.nanogpt, data) as copy:
         setup = Setup(args.device, precision, data, out, copy, vocab_size, peak, args.peak_tflops)
-        shakespeare_rows(args, setup, report)
-        if args.gpt2:
-            gpt2_rows(args, setup, report)
+        if args.steps:
+            shakespeare_rows(args, setup, report)
+        for table in gpt2_tables(args) if args.gpt2 else []:
+            gpt2_rows(args, setup, report, table)
     shakespeare = TINY_SHAKESPEARE if args.tiny else SHAKESPEARE
-    print_table("shakespeare", shakespeare, args.steps, vocab_size, report.rows)
-    if args.gpt2:
-        print_table("gpt2", gpt2_shape(args), args.gpt2_steps, vocab_size, report.rows)
+    if args.steps:
+        print_table("shakespeare", shakespeare, args.steps, vocab_size, report.rows)
+    for table in gpt2_tables(args) if args.gpt2 else []:
+        vocab = GPT2_VOCAB if table == "gpt2_vocab" else vocab_size
+        print_table(table, gpt2_shape(args), args.gpt2_steps, vocab, report.rows)
+    if args.gpt2 and args.profile_steps:
         profile_gpt2(args, setup)
 
 

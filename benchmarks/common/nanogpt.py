@@ -48,6 +48,19 @@ def temporary_copy(nanogpt: Path, data: Path) -> Iterator[Path]:
         yield copy
 
 
+def without_vocabulary(copy: Path) -> str:
+    """A dataset in the copy (its name, train.py's --dataset) with shakespeare_char's token
+    files and no meta.pkl, so that train.py takes its default vocabulary, GPT-2's padded 50,304
+    ("defaulting to vocab_size of GPT-2"), over the same character ids."""
+    name = "shakespeare_char_gpt2_vocab"
+    folder = copy / "data" / name
+    folder.mkdir(exist_ok=True)
+    for split in ("train.bin", "val.bin"):
+        if not (folder / split).exists():
+            (folder / split).symlink_to(copy / "data" / "shakespeare_char" / split)
+    return name
+
+
 def seeded_copy(copy: Path, seed: int) -> None:
     """The copy's train.py with `seed` where it seeds torch with 1337 (the only change; seed
     1337 runs it as shipped)."""

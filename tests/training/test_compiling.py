@@ -1,19 +1,24 @@
-"""`compile`'s modes, and the compiled training step's fallbacks: a batch shape past the CUDA graphs
-it records, or a compile that fails, runs eagerly with one line instead of failing mid-run.
-torch.compile itself is replaced by a recorder here; tests/training/test_throughput.py compiles
-for real."""
+"""`compile`'s modes, compile=auto's choice, and the compiled training step's fallbacks: a batch
+shape past the CUDA graphs it records, or a compile that fails, runs eagerly with one line instead
+of failing mid-run. torch.compile itself is replaced by a recorder here;
+tests/training/test_throughput.py compiles for real."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+import xfmr
+from helpers.runs import CORPUS, TINY
 from xfmr.config.options import compile_mode
 from xfmr.errors import UserError
 from xfmr.training import compiling
-from xfmr.training.compiling import MAX_GRAPHS, CompiledStep
+from xfmr.training import run as training_run
+from xfmr.training.compiling import MAX_GRAPHS, CompiledStep, auto_mode
 
 
 @pytest.mark.parametrize(
@@ -24,6 +29,7 @@ from xfmr.training.compiling import MAX_GRAPHS, CompiledStep
         ("reduce-overhead", "reduce-overhead"),
         ("max-autotune", "max-autotune"),
         (None, None),
+        ("auto", "auto"),  # chosen by the run: compile_chosen
     ],
 )
 def test_compile_names_torch_compile_s_mode(value, mode) -> None:
@@ -100,3 +106,64 @@ def test_a_compile_that_fails_goes_on_eagerly_in_one_line(monkeypatch, caplog) -
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "compile=max-autotune failed (backend failed)" in lines[0]
     assert "\n" not in lines[0]
+
+
+def test_auto_chooses_cuda_graphs_for_one_gpu_and_fixed_shapes_and_says_so() -> None:
+    mode, line = auto_mode(cuda=True, processes=1, fixed_shapes=True)
+    assert mode == "reduce-overhead"
+    assert "compile=reduce-overhead" in line and "compile=false" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("processes", "fixed", "why"),
+    [(1, False, "batches vary in shape"), (2, True, "several processes"), (None, True, "")],
+)
+def test_auto_runs_eagerly_elsewhere_on_a_gpu_and_names_the_value_that_compiles(
+    processes, fixed, why
+) -> None:
+    mode, line = auto_mode(cuda=True, processes=processes, fixed_shapes=fixed)
+    assert mode is None
+    assert why in line and "compile=true" in line
+
+
+def test_auto_is_eager_and_quiet_on_a_cpu() -> None:
+    assert auto_mode(cuda=False, processes=1, fixed_shapes=True) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "overrides", "fixed", "chosen"),
+    [
+        (False, [], True, None),
+        (True, [], True, "reduce-overhead"),  # devices=auto: every GPU, one here
+        (True, [], False, None),
+        (True, ["trainer.devices=2"], True, None),
+    ],
+)
+def test_the_run_records_auto_s_choice_with_what_was_given(
+    tmp_path: Path, monkeypatch, caplog, cuda, overrides, fixed, chosen
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text(CORPUS)
+    monkeypatch.setattr(training_run, "cuda_available", lambda: cuda)
+    monkeypatch.setattr(training_run.torch.cuda, "device_count", lambda: 1)
+    config = xfmr.compose(*TINY, "data=text", "data.path=corpus.txt").config
+    assert config.compile == "auto"  # the default
+    parts = SimpleNamespace(datamodule=SimpleNamespace(fixed_batch_shape=fixed))
+    # the config's own device check ran on this CPU; here only the run's choice is asked
+    config = config.replace(trainer=config.trainer.with_settings(**_settings(overrides)))
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        done = training_run.compile_chosen(config, parts, say=True)
+    assert done.compile == chosen and done.resolved["compile"] == "auto"
+    assert done.to_dict()["compile"] == (chosen or False)  # config.yaml: a value that resumes
+    lines = [r.getMessage() for r in caplog.records if "compile=auto" in r.getMessage()]
+    assert len(lines) == (1 if cuda else 0)
+
+
+def _settings(overrides: list[str]) -> dict:
+    return {k.removeprefix("trainer."): int(v) for k, v in (o.split("=") for o in overrides)}
+
+
+def test_the_text_corpus_says_its_training_batches_have_one_shape() -> None:
+    from xfmr.data.text import TextCorpusDataModule
+
+    assert TextCorpusDataModule.fixed_batch_shape is True

@@ -6,6 +6,7 @@ bf16-mixed training on CPU, float16 refused on a CPU, and a compiled run."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -362,12 +363,15 @@ def test_float16_with_the_auto_accelerator_and_no_gpu_is_refused(tmp_path: Path)
 
 
 @pytest.mark.slow  # about 50 s on two busy cores with a cold compile cache, nearly all compiling
-def test_a_compiled_run_trains(tmp_path: Path) -> None:
+def test_a_compiled_run_trains(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # reduce-overhead: CUDA graphs on a GPU; on a CPU the same compiled step without them.
-    results = _train(
-        tmp_path,
-        ["compile=reduce-overhead", "trainer.max_steps=20", "trainer.val_check_interval=10"],
-    )
+    with caplog.at_level(logging.INFO, logger="xfmr"):
+        results = _train(
+            tmp_path,
+            ["compile=reduce-overhead", "trainer.max_steps=20", "trainer.val_check_interval=10"],
+        )
+    said = [r.getMessage() for r in caplog.records if "the first step took" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("compile=reduce-overhead: "), said
     losses = [entry["val/loss"] for entry in results["history"]]
     assert losses[-1] < losses[0] and losses[-1] < 0.9 * _uniform_loss(tmp_path / "run"), losses
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)

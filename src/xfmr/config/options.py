@@ -26,8 +26,11 @@ from xfmr.sections import read_section
 from xfmr.targets import Target, frozen
 
 # `compile` -> torch.compile's mode; false: eager. reduce-overhead replays the step's kernels
-# as CUDA graphs; max-autotune also searches kernel configurations (a long first compile).
+# as CUDA graphs; max-autotune also searches kernel configurations (a long first compile);
+# auto is chosen by the run once it knows its device and data (`xfmr.training.compiling`).
+AUTO_COMPILE = "auto"
 COMPILE_MODES = {
+    "auto": AUTO_COMPILE,
     "false": None,
     "true": "default",
     "default": "default",

@@ -68,6 +68,9 @@ class TextCorpusDataModule(L.LightningDataModule):
     """
 
     gives = "text"  # the kind of examples, xfmr.kinds
+    # Every training batch is batch_size x (block_size + 1) (the short last one is dropped):
+    # compile=auto's cue for CUDA graphs (xfmr.training.compiling.auto_mode).
+    fixed_batch_shape = True
 
     def __init__(
         self,

@@ -22,6 +22,31 @@ log = logging.getLogger("xfmr")
 MAX_GRAPHS = 4
 
 
+def auto_mode(
+    *, cuda: bool, processes: int | None, fixed_shapes: bool
+) -> tuple[str | None, str | None]:
+    """compile=auto's mode for a run, and the one line that says what it chose and why.
+
+    CUDA graphs where they pay and hold: one CUDA process (a small model's step is launch-bound
+    there: on an H200, nanoGPT's Shakespeare shape ran at 0.51x nanoGPT's compiled ms/step) whose
+    training batches have one shape (each new shape records another graph). Elsewhere eager: on
+    a CPU a compile costs more than it saves in most runs, and nothing is said; on a GPU the
+    line says which value compiles. `processes`: the run's processes (None: not known).
+    """
+    if not cuda:
+        return None, None
+    if processes == 1 and fixed_shapes:
+        return "reduce-overhead", (
+            "compile=auto: compile=reduce-overhead (CUDA graphs: every training batch has one "
+            "shape); the first steps compile, a minute or so; compile=false runs eagerly"
+        )
+    why = "batches vary in shape" if processes == 1 else "several processes"
+    return None, (
+        f"compile=auto: the step runs eagerly ({why}); compile=true compiles it once for every "
+        "shape, a minute or so before the first steps"
+    )
+
+
 class CompiledStep:
     """`step(model, batch)` compiled in `mode`; eager where compiling cannot serve a batch.
 

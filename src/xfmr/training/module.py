@@ -19,6 +19,7 @@ rest, and their parts of the step's loss are kept apart for the logs (`step_term
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -113,6 +114,7 @@ class XfmrModule(L.LightningModule):
         self._step_loss: torch.Tensor | None = None  # this rank's part of the step's loss
         self._step_terms: Terms = {}  # this rank's part of each auxiliary term's
         self._sharded = False
+        self._first_step_s: float | None = None  # under compile: the first step's host seconds
         self.val_loss = TermLoss(objective.loss_terms)
         self.val_metrics = nn.ModuleDict(objective.metrics())
 
@@ -137,6 +139,8 @@ class XfmrModule(L.LightningModule):
 
     def training_step(self, window: list[dict[str, Any]], batch_idx: int) -> None:
         """One optimizer step on `window`, its micro-batches (gradient accumulation)."""
+        first = self.compile_mode is not None and self._first_step_s is None
+        started = time.perf_counter() if first else 0.0
         counts = [self._counts(batch) for batch in window]
         totals = self._totals(window, counts)
         step_loss = None
@@ -147,6 +151,13 @@ class XfmrModule(L.LightningModule):
             step_loss = share if step_loss is None else step_loss + share
         self._step_loss = step_loss
         self._optimizer_step()
+        if first:  # the host waits for the compiler, so no device read is needed to time it
+            self._first_step_s = time.perf_counter() - started
+            log.info(
+                "compile=%s: the first step took %.1f s, its compile included",
+                self.compile_mode,
+                self._first_step_s,
+            )
 
     def _backward(self, batch: dict[str, Any], counts: Terms, totals: Terms) -> torch.Tensor:
         """One micro-batch's forward and backward; its part of the step's loss, detached."""

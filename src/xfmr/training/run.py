@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
+import torch
 
 from xfmr.config import RunConfig
+from xfmr.config.options import AUTO_COMPILE
 from xfmr.config.trainer import AUTO_PRECISION
+from xfmr.devices import cuda_available, device_count
 from xfmr.errors import UserError
 from xfmr.files import atomic_path
 from xfmr.nn.config import ModelConfig
@@ -28,6 +31,7 @@ from xfmr.run_dir.cluster import slurm_restarts
 from xfmr.run_dir.files import CONFIG_FILE
 from xfmr.run_dir.lock import is_global_rank_zero
 from xfmr.targets import plain
+from xfmr.training.compiling import auto_mode
 from xfmr.training.fitting import fit_run, tidy_lightning_logging
 from xfmr.training.guards import NonFiniteGuard
 from xfmr.training.module import XfmrModule
@@ -61,6 +65,8 @@ def run_training(
     )
     ckpt_path = resolve_checkpoint(config.ckpt_path, run_dir, parts.model_config)
     config = chosen(config, parts.model_config, ckpt_path)
+    if config.compile == AUTO_COMPILE:
+        config = compile_chosen(config, parts, say=writes)
     if writes:
         save_config(config)
     nonfinite = NonFiniteGuard(max_skips=config.nonfinite.max_skips)
@@ -128,6 +134,22 @@ def chosen(config: RunConfig, built: ModelConfig, ckpt_path: str | None) -> RunC
     if ckpt_path != config.ckpt_path:
         resolved["ckpt_path"] = config.ckpt_path
     return config.replace(resolved, model=model, ckpt_path=ckpt_path)
+
+
+def compile_chosen(config: RunConfig, parts: Parts, *, say: bool) -> RunConfig:
+    """`config` with compile=auto's choice for this run (`auto_mode`), said in one line."""
+    trainer = config.trainer
+    cuda = trainer.accelerator in ("auto", "gpu", "cuda") and cuda_available()
+    devices = device_count(trainer.devices)  # checked with the config
+    nodes = int(trainer.get("num_nodes") or 1)
+    if devices is None and cuda:  # auto and -1: every GPU
+        devices = torch.cuda.device_count()
+    processes = None if devices is None else devices * nodes
+    fixed = bool(getattr(parts.datamodule, "fixed_batch_shape", False))
+    mode, line = auto_mode(cuda=cuda, processes=processes, fixed_shapes=fixed)
+    if say and line:
+        log.info(line)
+    return config.replace({"compile": AUTO_COMPILE}, compile=mode)
 
 
 def save_config(config: RunConfig) -> None:
