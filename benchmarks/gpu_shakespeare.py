@@ -250,12 +250,15 @@ def gpt2_shape(args) -> Shape:
 
 
 def profile_gpt2(args, setup: Setup) -> None:
-    """A few eager steps of the GPT-2-shaped model under torch.profiler, in xfmr-train's own
-    process (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they
-    are recorded), its tables printed here."""
+    """A few eager steps of the GPT-2-shaped model (GPT-2's vocabulary with --gpt2-vocab gpt2)
+    under torch.profiler, in xfmr-train's own process (`xfmr.training.profiling.ProfileSteps`,
+    which prints where the step goes once they are recorded), its tables printed here."""
     steps = SETTLE_STEPS + args.profile_steps + 2
+    vocabulary = [f"model.vocab_multiple={GPT2_VOCAB}"] if args.gpt2_vocab == "gpt2" else []
     overrides = [
         *xfmr_overrides(gpt2_shape(args), setup, steps),
+        *vocabulary,
+        "compile=false",  # eager: auto would replay CUDA graphs on a GPU
         "callbacks.model_checkpoint=null",
         "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",

@@ -109,9 +109,8 @@ def test_flex_attention_equals_the_reference(causal, padded, biased):
 
 def _lm(**settings) -> CausalLM:
     torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=50, n_layers=4, n_heads=4, d_model=32, pos={"name": "rotary"}, **settings
-    )
+    shape = dict(vocab_size=50, n_layers=4, n_heads=4, d_model=32, pos={"name": "rotary"})
+    config = ModelConfig(**{**shape, **settings})
     return CausalLM(config).eval()
 
 
@@ -240,12 +239,15 @@ def test_bad_settings_are_refused_naming_the_key(settings, message):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_compiled_flex_attention_on_a_gpu_equals_the_written_path():
-    """On a GPU a soft-capped model trains on compiled FlexAttention; its outputs and gradients
-    are the written-out softmax's (`record_attention` forces that path)."""
+@pytest.mark.parametrize("d_model", [64, 32])  # heads of 16, and of 8: too narrow for Flex
+def test_compiled_flex_attention_on_a_gpu_equals_the_written_path(d_model):
+    """On a GPU a soft-capped model trains on compiled FlexAttention (heads of 16 or more; a
+    narrower head takes the written-out softmax); its outputs and gradients are the written-out
+    softmax's (`record_attention` forces that path)."""
     from xfmr.nn.attention import record_attention
 
-    model = _lm(window=4, global_every=2, attn_softcap=5.0, n_kv_heads=2).cuda().train()
+    settings = dict(window=4, global_every=2, attn_softcap=5.0, n_kv_heads=2, d_model=d_model)
+    model = _lm(**settings).cuda().train()
     ids = torch.randint(0, 50, (2, 16), device="cuda")
     results = []
     for written in (False, True):

@@ -21,7 +21,7 @@ from torch import nn
 
 from xfmr.nn.cache import LayerCache
 from xfmr.nn.config import ModelConfig
-from xfmr.nn.flex import flex_softcapped, scores_of
+from xfmr.nn.flex import FLEX_MIN_HEAD_DIM, flex_softcapped, scores_of
 from xfmr.nn.masks import fold_masks
 from xfmr.nn.norms import build_norm
 from xfmr.nn.positions import Rotation, apply_rotary
@@ -119,11 +119,16 @@ class _Attention(nn.Module):
 
         SDPA where the scores are q k^T as they are; with a soft-cap, FlexAttention on a GPU
         (`xfmr.nn.flex`), and the written-out softmax on a CPU (FlexAttention has no backward
-        there), while recording, or with attention dropout (FlexAttention has none).
+        there), for heads narrower than its kernels take, while recording, or with attention
+        dropout (FlexAttention has none).
         """
         written = self._recorder is not None or (
             self.softcap is not None
-            and not (q.is_cuda and (self.attn_dropout == 0.0 or not self.training))
+            and not (
+                q.is_cuda
+                and q.size(-1) >= FLEX_MIN_HEAD_DIM
+                and (self.attn_dropout == 0.0 or not self.training)
+            )
         )
         if written:
             y = self._attend_written(q, k, v, mask, is_causal)  # (B, nh, T, hs)

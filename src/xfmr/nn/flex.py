@@ -46,6 +46,12 @@ def scores_of(
     return scores
 
 
+# The narrowest head FlexAttention's GPU kernels take (torch 2.11's Inductor: "embedding
+# dimension of the query, key, and value must be at least 16"); narrower heads take the
+# written-out softmax.
+FLEX_MIN_HEAD_DIM = 16
+
+
 @functools.cache
 def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
