@@ -340,8 +340,10 @@ def _recomputed_scores(cfg, run_dir: Path) -> dict[str, float]:
     return entity_scores(gold, guesses)
 
 
-def test_bert_conll_trains_two_steps_and_reports_entity_f1(tmp_path: Path) -> None:
-    results, cfg = _conll_run(tmp_path, [])
+@pytest.mark.parametrize("packing", [False, True])
+def test_bert_conll_trains_two_steps_and_reports_entity_f1(tmp_path: Path, packing: bool) -> None:
+    # Packed (data.packing), the logged scores still equal those recomputed sentence by sentence.
+    results, cfg = _conll_run(tmp_path, [f"data.packing={str(packing).lower()}"])
     metrics = results["metrics"]
     assert results["step"] == 2
     assert {"val/loss", "val/precision", "val/recall", "val/f1"} <= metrics.keys()

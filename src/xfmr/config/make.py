@@ -87,7 +87,7 @@ def check_across(config: RunConfig) -> None:
     objective = config.objective
     config.data.check_feeds(objective.name, objective.facts.reads, objective.data_choices())
     packing = [name for name, facts in objectives().items() if facts.packs]
-    config.data.check_packing(objective.name, objective.facts.packs, packing)
+    config.data.check_packing(objective.name, objective.facts.packs, packing, arch=model.arch)
     config.data.check_files()  # after the kind: the wrong data group is named before its files
 
 

@@ -20,6 +20,7 @@ from xfmr.data.settings import (
     HF_PATH_CHOICES,
     ChosenWorkers,
     check_squad_windows,
+    check_text_documents,
     parallel_files,
 )
 from xfmr.data.sources import fetch_hint
@@ -75,6 +76,8 @@ class DataConfig(TargetSection):
         target = Target.read("data", values)
         check_numbers("data", target.settings, NUMBERS)
         config = cls(target, _kind(target))
+        if config.kind == "text":
+            check_text_documents(target.settings)
         if check_files:
             config.check_files()
         return config
@@ -128,12 +131,21 @@ class DataConfig(TargetSection):
                 + (f" (data=hf: data.kind={reads})" if "hf" in choices else "")
             )
 
-    def check_packing(self, objective: str, packs: bool, packing: list[str]) -> None:
-        """`data.packing=true` only for an objective that packs (`packing`: those that do)."""
+    def check_packing(
+        self, objective: str, packs: bool, packing: list[str], *, arch: str | None = None
+    ) -> None:
+        """`data.packing=true` only for an objective that packs (`packing`: those that do), on
+        a model that keeps packed documents apart (an RNN's state runs on from one to the
+        next)."""
         if self.get("packing") and not packs:
             raise UserError(
                 f"data.packing=true: objective={objective} does not pack its batches; "
                 f"objective in {packing} does, or leave data.packing=false"
+            )
+        if self.get("packing") and arch == "rnn":
+            raise UserError(
+                "data.packing=true: arch=rnn carries its state from one document to the next; "
+                "use arch=decoder, or leave data.packing=false"
             )
 
     def with_settings(self, **settings: Any) -> DataConfig:

@@ -28,6 +28,7 @@ class ConllDataModule(ExamplesDataModule):
         file. A tag outside it (in either file) is a bad row.
     on_bad_row: "error" stops at the first bad row with its file and line; "skip" drops the
         sentence holding it and logs how many and why.
+    packing: several sentences share each row (`xfmr.objectives.packing`).
     """
 
     gives = "tagged"  # the kind of examples, xfmr.kinds
@@ -44,8 +45,9 @@ class ConllDataModule(ExamplesDataModule):
         batch_size: int = 32,
         num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
+        packing: bool = False,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, packing=packing)
         require_paths("a CoNLL file", train_path=train_path, val_path=val_path)
         if on_bad_row not in ON_BAD_ROW_CHOICES:
             raise UserError(

@@ -159,6 +159,8 @@ class DocumentsDataModule(ExamplesDataModule):
         cache: encode the sentences once per tokenizer into `cache_dir` and memory-map them
             (xfmr.text.token_cache); false encodes them in memory in every run.
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
+        packing: several pairs share each row (`xfmr.objectives.packing`), for an objective
+            that packs them; mlm_nsp does not yet, and the config check refuses it.
     """
 
     gives = "documents"  # the kind of examples, xfmr.kinds
@@ -173,8 +175,9 @@ class DocumentsDataModule(ExamplesDataModule):
         val_seed: int = 0,
         cache: bool = False,
         cache_dir: str | None = None,
+        packing: bool = False,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, packing=packing)
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
         require_positive(batch_size=batch_size)

@@ -46,6 +46,25 @@ def parallel_files(data: Any) -> tuple[str, ...]:
     return given
 
 
+def check_text_documents(data: Any) -> None:
+    """A text corpus's documents (`data.document_separator`, `data.documents_per_file`) are
+    well given, and `data.packing=true` has documents to keep apart."""
+    separator, per_file = data.get("document_separator"), data.get("documents_per_file", False)
+    if separator is not None and (not isinstance(separator, str) or not separator):
+        raise UserError(
+            f"data.document_separator={separator!r} is not valid: give a non-empty string "
+            "(e.g. '<|endoftext|>', or '\\n\\n\\n' for two blank lines) or null (no documents)"
+        )
+    if not isinstance(per_file, bool):
+        raise UserError(f"data.documents_per_file={per_file!r} is not valid: use true or false")
+    if data.get("packing") and separator is None and not per_file:
+        raise UserError(
+            "data.packing=true: a text corpus packs documents, and this one has none; set "
+            "data.document_separator (e.g. '<|endoftext|>') or data.documents_per_file=true, "
+            "or leave data.packing=false"
+        )
+
+
 SPECIAL_TOKENS_PER_WINDOW = 3  # data=squad: [CLS] question [SEP] context [SEP]
 
 

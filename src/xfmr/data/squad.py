@@ -80,6 +80,7 @@ class SquadDataModule(ExamplesDataModule):
             with all their windows, so a question's best span is chosen across its windows.
         on_bad_row: "error" stops at the first bad question (named by its id); "skip" drops
             bad questions and logs how many and why.
+        packing: several windows share each row (`xfmr.objectives.packing`).
     """
 
     gives = "questions"  # the kind of examples, xfmr.kinds
@@ -95,8 +96,9 @@ class SquadDataModule(ExamplesDataModule):
         batch_size: int = 32,
         num_workers: int | str = AUTO_WORKERS,
         on_bad_row: str = "error",
+        packing: bool = False,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, packing=packing)
         require_paths("a SQuAD v1.1 JSON file", train_path=train_path, val_path=val_path)
         check_squad_windows(
             {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,11 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from xfmr.data.base import cache_setting, make_loader, require_positive
 from xfmr.data.files import read_utf8, text_files
 from xfmr.data.loading import device_loading
-from xfmr.data.settings import AUTO_WORKERS, check_num_workers
+from xfmr.data.settings import AUTO_WORKERS, check_num_workers, check_text_documents
 from xfmr.errors import UserError
 from xfmr.text.chunks import encode_text
 from xfmr.text.corpus_files import count_chars, text_pieces
+from xfmr.text.document_text import DocumentBreaks, encode_documents
 from xfmr.text.sample import head
 from xfmr.text.token_cache import MappedIds, open_or_build
 from xfmr.text.tokenizers import TextTokenizer
@@ -25,23 +26,45 @@ from xfmr.text.tokenizers import TextTokenizer
 
 class BlockDataset(Dataset):
     """Windows of `length` tokens starting every `stride` tokens of one long token stream: a
-    tensor, or ids memory-mapped from the token cache (only a window is read and made int64)."""
+    tensor, or ids memory-mapped from the token cache (only a window is read and made int64).
 
-    def __init__(self, ids: torch.Tensor | MappedIds, *, length: int, stride: int) -> None:
+    With `starts` (the token offset of each document of the stream, `xfmr.text.document_text`)
+    a window is (ids, the document of each id, numbered from 0 in the window): packed rows
+    (`data.packing`), whose documents the model keeps apart.
+    """
+
+    def __init__(
+        self,
+        ids: torch.Tensor | MappedIds,
+        *,
+        length: int,
+        stride: int,
+        starts: np.ndarray | None = None,
+    ) -> None:
         self.ids = ids
         self.length = length
         self.stride = stride
+        self.starts = starts
         self.count = max(0, (len(ids) - length) // stride + 1)
 
     def __len__(self) -> int:
         return self.count
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    def __getitem__(self, index: int) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         start = index * self.stride
         window = self.ids[start : start + self.length]
         if isinstance(window, np.ndarray):
-            return torch.from_numpy(window.astype(np.int64))
-        return window
+            window = torch.from_numpy(window.astype(np.int64))
+        if self.starts is None:
+            return window
+        return window, window_documents(self.starts, start, self.length)
+
+
+def window_documents(starts: np.ndarray, start: int, length: int) -> torch.Tensor:
+    """(length,) the document of each token of the window at `start` of a stream whose
+    documents start at the offsets `starts`, numbered from 0 at the window's first."""
+    documents = np.searchsorted(starts, np.arange(start, start + length), side="right")
+    return torch.from_numpy(documents - documents[0])
 
 
 class TextCorpusDataModule(L.LightningDataModule):
@@ -65,6 +88,13 @@ class TextCorpusDataModule(L.LightningDataModule):
             (xfmr.text.token_cache); false encodes them in memory in every run. Text that
             does not come from `path` (generated, downloaded) is always encoded in memory.
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
+        document_separator: a document ends after each occurrence of this string (kept at
+            its end); None: no documents end at a string. With documents, each is encoded
+            alone (`xfmr.text.document_text`).
+        documents_per_file: a document ends at the end of each file of `path`.
+        packing: each block keeps its documents apart (its `document_ids`: attention within
+            a document, positions from 0 at each, the target across a boundary not counted);
+            needs documents. False: attention runs across them, as in one stream.
     """
 
     gives = "text"  # the kind of examples, xfmr.kinds
@@ -84,8 +114,18 @@ class TextCorpusDataModule(L.LightningDataModule):
         num_workers: int | str = AUTO_WORKERS,
         cache: bool = False,
         cache_dir: str | None = None,
+        document_separator: str | None = None,
+        documents_per_file: bool = False,
+        packing: bool = False,
     ) -> None:
         super().__init__()
+        check_text_documents(
+            {
+                "document_separator": document_separator,
+                "documents_per_file": documents_per_file,
+                "packing": packing,
+            }
+        )
         if not 0.0 < val_fraction < 1.0:
             raise UserError(f"data.val_fraction={val_fraction} must lie in (0, 1)")
         require_positive(block_size=block_size, batch_size=batch_size, train_stride=train_stride)
@@ -100,9 +140,13 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.num_workers = check_num_workers(num_workers)
         self.cache = cache_setting(cache, cache_dir)
         self.cache_dir = cache_dir
+        self.documents = DocumentBreaks(document_separator, documents_per_file)
+        self.packing = packing
         self._split: tuple[str, str] | None = None
         self.train_ids: torch.Tensor | MappedIds | None = None
         self.val_ids: torch.Tensor | MappedIds | None = None
+        # With documents: the token offset of each document of a split (and its end).
+        self.starts: dict[str, np.ndarray] = {}
         self.collate_fn: Callable[[list[Any]], dict[str, torch.Tensor]] | None = None
         self.window = 1  # training batches per optimizer step, as `attach` is given it
 
@@ -152,23 +196,10 @@ class TextCorpusDataModule(L.LightningDataModule):
         """Encode both splits with `tokenizer` (or memory-map them from the token cache);
         batches are made by the objective's `collate_fn`, training batches handed out `window`
         at a time (one optimizer step's, gradient accumulation)."""
-        files = self.cached_files()
-        if files is None:
-            train, val = self.split_text()
-            self.train_ids = torch.from_numpy(encode_text(tokenizer, train))
-            self.val_ids = torch.from_numpy(encode_text(tokenizer, val))
+        if self.documents.any:
+            self._attach_documents(tokenizer)
         else:
-            cache = open_or_build(
-                files,
-                tokenizer,
-                layout="text",
-                val_fraction=self.val_fraction,
-                cache_dir=self.cache_dir,
-            )
-            split = cache.index["train_tokens"]
-            self.train_ids = cache.ids(0, split)
-            self.val_ids = cache.ids(split, cache.index["tokens"])
-            self._split = None  # the tokenizer's training text, if it was read, is not needed
+            self.train_ids, self.val_ids = self._stream(tokenizer)
         self.collate_fn = collate_fn
         self.window = window
         need = self.block_size + 1
@@ -179,8 +210,70 @@ class TextCorpusDataModule(L.LightningDataModule):
                     f"use more text, a smaller data.block_size or a different data.val_fraction"
                 )
 
+    def _stream(
+        self, tokenizer: TextTokenizer
+    ) -> tuple[torch.Tensor | MappedIds, torch.Tensor | MappedIds]:
+        """Both splits' ids, each encoded as one stream."""
+        files = self.cached_files()
+        if files is None:
+            return tuple(torch.from_numpy(encode_text(tokenizer, t)) for t in self.split_text())
+        cache = open_or_build(
+            files,
+            tokenizer,
+            layout="text",
+            val_fraction=self.val_fraction,
+            cache_dir=self.cache_dir,
+        )
+        split = cache.index["train_tokens"]
+        self._split = None  # the tokenizer's training text, if it was read, is not needed
+        return cache.ids(0, split), cache.ids(split, cache.index["tokens"])
+
+    def _attach_documents(self, tokenizer: TextTokenizer) -> None:
+        """Both splits' ids, each document encoded alone, and where each document starts."""
+        files = self.cached_files()
+        if files is None:
+            train, val = (
+                encode_documents(tokenizer, pieces, self.documents.separator)
+                for pieces in self._document_pieces()
+            )
+            self.train_ids, self.val_ids = torch.from_numpy(train[0]), torch.from_numpy(val[0])
+            self.starts = {"train": train[1], "val": val[1]}
+            return
+        cache = open_or_build(
+            files,
+            tokenizer,
+            layout="text",
+            val_fraction=self.val_fraction,
+            cache_dir=self.cache_dir,
+            documents=self.documents,
+        )
+        split, starts = cache.index["train_tokens"], cache.document_starts()
+        first_val = int(np.searchsorted(starts, split))  # the split ends a document
+        self.train_ids = cache.ids(0, split)
+        self.val_ids = cache.ids(split, cache.index["tokens"])
+        self.starts = {"train": starts[: first_val + 1], "val": starts[first_val:] - split}
+        self._split = None
+
+    def _document_pieces(self) -> tuple[Iterable[str | None], Iterable[str | None]]:
+        """Each split's text, with None at each file's end if a file is a document."""
+        if self.path is None:  # text made in code or read from elsewhere: no files
+            if self.documents.per_file:
+                raise UserError(
+                    "data.documents_per_file=true needs data.path files: this data has none; "
+                    "use data.document_separator"
+                )
+            return tuple([text] for text in self.split_text())
+        files, ends = self.files(), self.documents.per_file
+        cut = int(count_chars(files) * (1.0 - self.val_fraction))  # as split_text cuts
+        return text_pieces(files, 0, cut, file_ends=ends), text_pieces(files, cut, file_ends=ends)
+
     def train_dataloader(self) -> DataLoader:
-        dataset = BlockDataset(self.train_ids, length=self.block_size + 1, stride=self.train_stride)
+        dataset = BlockDataset(
+            self.train_ids,
+            length=self.block_size + 1,
+            stride=self.train_stride,
+            starts=self.starts.get("train") if self.packing else None,
+        )
         return self._loader(dataset, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
@@ -201,7 +294,12 @@ class TextCorpusDataModule(L.LightningDataModule):
         return {"windows": read, "of": total, "tokens": read * self.block_size}
 
     def _val_windows(self) -> BlockDataset:
-        return BlockDataset(self.val_ids, length=self.block_size + 1, stride=self.block_size)
+        return BlockDataset(
+            self.val_ids,
+            length=self.block_size + 1,
+            stride=self.block_size,
+            starts=self.starts.get("val") if self.packing else None,
+        )
 
     def _loader(self, dataset: Dataset, *, shuffle: bool) -> DataLoader:
         if self.collate_fn is None:

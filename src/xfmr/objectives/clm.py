@@ -7,6 +7,7 @@ from torch import nn
 
 from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
+from xfmr.objectives.packing import packed_text, text_blocks
 
 
 class CausalLMObjective(Objective):
@@ -21,6 +22,7 @@ class CausalLMObjective(Objective):
     # Next-token prediction needs a model that cannot see the future: a causal decoder or an RNN.
     archs = ("decoder", "rnn")
     reads = "text"
+    packs = True  # blocks of documents (data.packing): see `collate`
 
     def __init__(self, *, pad_id: int | None = None, z_loss: float = 0.0) -> None:
         self.pad_id = pad_id
@@ -29,18 +31,29 @@ class CausalLMObjective(Objective):
     def bind(self, tokenizer) -> None:
         """Nothing to take from the tokenizer: blocks of text are never padded."""
 
-    def collate(self, blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        ids = torch.stack(blocks)  # (B, T + 1)
+    def collate(self, blocks: list) -> dict[str, torch.Tensor]:
+        """Blocks (T + 1 ids each) -> inputs and the next tokens. Packed blocks (ids and
+        their documents, `data.packing`) keep `document_ids` (B, T), and the last token of a
+        document predicts nothing: its next token starts another (IGNORE_INDEX, as padding)."""
+        ids, documents = text_blocks(blocks)  # (B, T + 1) each
         labels = ids[:, 1:].clone()
         if self.pad_id is not None:
             labels[labels == self.pad_id] = IGNORE_INDEX
-        return {"input_ids": ids[:, :-1], "labels": labels}
+        batch = {"input_ids": ids[:, :-1], "labels": labels}
+        if documents is not None:
+            labels[documents[:, 1:] != documents[:, :-1]] = IGNORE_INDEX
+            batch["document_ids"] = documents[:, :-1]
+        return batch
+
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return packed_text(batch)
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Returns (the loss summed over counted tokens, logits (B, T, V))."""
-        logits = model(batch["input_ids"], batch.get("attention_mask"))
+        packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
+        logits = model(batch["input_ids"], batch.get("attention_mask"), **packed)
         return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
 
     def text_task(self, tokenizer) -> TextTask | None:

@@ -14,6 +14,7 @@ from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
+from xfmr.objectives.packing import packed_text, text_blocks
 from xfmr.text.tokenizers import WORD_MARKING_KINDS
 
 
@@ -178,6 +179,7 @@ class MaskedLMObjective(Objective):
     # objective.head: BERT's MLM head, or one tied linear projection.
     heads = ("bert", "linear")
     required_special_tokens = ("[MASK]",)
+    packs = True  # blocks of documents (data.packing), each token attending within its own
 
     def __init__(
         self,
@@ -209,15 +211,24 @@ class MaskedLMObjective(Objective):
 
         return EncoderMaskedLM(config) if self.head == "bert" else EncoderLM(config)
 
-    def collate(self, blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        ids = torch.stack(blocks)[:, :-1]  # (B, T): blocks carry one extra token for CLM
-        corrupted, labels = self.masker(ids)
-        return {"input_ids": corrupted, "labels": labels}
+    def collate(self, blocks: list) -> dict[str, torch.Tensor]:
+        """Blocks -> masked inputs and labels; packed blocks (`data.packing`) keep
+        `document_ids` (B, T)."""
+        ids, documents = text_blocks(blocks)  # (B, T + 1): blocks carry one extra token for CLM
+        corrupted, labels = self.masker(ids[:, :-1])
+        batch = {"input_ids": corrupted, "labels": labels}
+        if documents is not None:
+            batch["document_ids"] = documents[:, :-1]
+        return batch
+
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return packed_text(batch)
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = model(batch["input_ids"], batch.get("attention_mask"))
+        packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
+        logits = model(batch["input_ids"], batch.get("attention_mask"), **packed)
         return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
 
     def text_task(self, tokenizer) -> TextTask | None:

@@ -10,6 +10,10 @@ between them goes. An example stays whole; no example is split across rows.
 An objective that packs (`Objective.packs`) calls `pack` on its padded batch with the keys of
 each side: per-token keys are moved, per-example keys (a classification label) stay as they
 are. `document_ids` says which example each token is (its index in the batch), -1 for padding.
+
+A text corpus's blocks (clm, mlm) come packed from the data module instead: a block of the
+stream holds the ends and starts of documents, each token's document numbered in the block
+(`text_blocks`); clm leaves the target across a boundary uncounted (`CausalLMObjective`).
 """
 
 from __future__ import annotations
@@ -70,6 +74,25 @@ def pack(
                 start += n
         packed[documents] = ids
     return packed
+
+
+def text_blocks(blocks: list) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A text corpus's blocks as ids (B, T + 1) and, when they come packed (`data.packing`:
+    each block (ids, its tokens' documents), `xfmr.data.text.BlockDataset`), the document of
+    each id (B, T + 1); else None."""
+    if isinstance(blocks[0], tuple):
+        ids, documents = (torch.stack(column) for column in zip(*blocks, strict=True))
+        return ids, documents
+    return torch.stack(blocks), None
+
+
+def packed_text(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`pack` for an objective of a text corpus: its blocks come packed from the data module
+    (a block is a row of whole documents and pieces of them, `document_ids` says which), so
+    the collated batch is already packed."""
+    if "document_ids" not in batch:
+        raise RuntimeError("data.packing=true, but the text corpus's blocks carry no documents")
+    return batch
 
 
 class PackedCollate:

@@ -1,6 +1,11 @@
 """Extractive question answering (Devlin et al. 2019, sec. 4.2): `[CLS] question [SEP] context
 [SEP]` with segment ids 0 / 1, a start and an end logit per token, loss = the mean of the start
-and end cross-entropies; validation decodes the best span and scores it with SQuAD's EM / F1."""
+and end cross-entropies; validation decodes the best span and scores it with SQuAD's EM / F1.
+
+Packed (`data.packing`), windows share rows, each attending within itself: a window's start and
+end targets are offset to its place in its row, its softmax runs over its own tokens only, and
+decoding reads its logits back in a row of its own (`xfmr.objectives.unpacking`), so every
+window is counted and scored as unpacked."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import bert_special_ids, pad_rows
 from xfmr.objectives.contract import Objective
+from xfmr.objectives.packing import pack
 from xfmr.objectives.squad_metrics import SquadScore
+from xfmr.objectives.unpacking import example_places, unpack
 
 if TYPE_CHECKING:
     from xfmr.kinds import QAItem, QAWindow
@@ -96,6 +103,7 @@ class QuestionAnsweringObjective(Objective):
     by_perplexity = False
     loss_terms = ("windows",)  # a mean over the rows (windows), of start's and end's losses
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]")
+    packs = True
 
     def __init__(self, *, max_answer_length: int = 30) -> None:
         if max_answer_length < 1:
@@ -119,6 +127,9 @@ class QuestionAnsweringObjective(Objective):
 
     def update_metrics(self, metrics: nn.ModuleDict, logits: torch.Tensor, batch: dict) -> None:
         sources: SpanSources = batch["spans"]
+        if "document_ids" in batch:  # packed rows: each window's logits in a row of its own
+            n = len(sources.question_of)
+            logits = unpack(logits, batch["document_ids"], n, fill=torch.finfo(logits.dtype).min)
         predictions = self.predict(logits, sources)
         for metric in metrics.values():  # em, f1
             metric.update(predictions, sources.answers)
@@ -172,13 +183,37 @@ class QuestionAnsweringObjective(Objective):
         labels = batch["labels"]  # (windows, 2): every window has a target, [CLS]'s at least
         return {"windows": torch.ones_like(labels[:, 0]).sum()}  # made where labels are: no copy
 
+    def pack(self, batch: dict) -> dict:
+        """Windows share rows with their segments; each window's start and end move with it."""
+        keys = {"input_ids": self.pad_id, "attention_mask": 0, "token_type_ids": 0}
+        packed = pack(batch, [("attention_mask", "document_ids", keys)])
+        n = batch["labels"].size(0)
+        _, starts, _ = example_places(packed["document_ids"], n)
+        return {**packed, "labels": batch["labels"] + starts[:, None]}  # (windows, 2), in rows
+
     def forward(
         self, model: nn.Module, batch: dict
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        """(the windows' loss summed, logits (R, T, 2)); packed rows (R rows) give each window's
+        softmax its own tokens only."""
+        packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
+        logits = model(
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **packed
+        )
         # Padding can be neither end of an answer.
-        padding = batch["attention_mask"][..., None] == 0  # (B, T, 1)
-        logits = logits.float().masked_fill(padding, torch.finfo(torch.float32).min)  # (B, T, 2)
-        start_loss = F.cross_entropy(logits[..., 0], batch["labels"][:, 0], reduction="sum")
-        end_loss = F.cross_entropy(logits[..., 1], batch["labels"][:, 1], reduction="sum")
+        padding = batch["attention_mask"][..., None] == 0  # (R, T, 1)
+        logits = logits.float().masked_fill(padding, torch.finfo(torch.float32).min)  # (R, T, 2)
+        scores = logits  # (W, T, 2): a row per window
+        if packed:
+            scores = window_logits(logits, batch["document_ids"], batch["labels"].size(0))
+        start_loss = F.cross_entropy(scores[..., 0], batch["labels"][:, 0], reduction="sum")
+        end_loss = F.cross_entropy(scores[..., 1], batch["labels"][:, 1], reduction="sum")
         return {"windows": (start_loss + end_loss) / 2}, logits  # Devlin et al. 2019, sec. 4.2
+
+
+def window_logits(logits: torch.Tensor, document_ids: torch.Tensor, n: int) -> torch.Tensor:
+    """Span logits (R, T, 2) of packed rows -> (n, T, 2): each of the n windows' row, the
+    tokens of the other windows there as unlikely as padding, so each softmax is its own."""
+    rows, _, _ = example_places(document_ids, n)
+    own = document_ids[rows] == torch.arange(n, device=logits.device)[:, None]  # (W, T)
+    return logits[rows].masked_fill(~own[..., None], torch.finfo(logits.dtype).min)

@@ -1,6 +1,12 @@
 """T5's span corruption (Raffel et al. 2020, sec. 3.1.4): drop ~15% of the tokens in spans of
 mean length 3; the input keeps the rest with one sentinel per dropped span, the target lists
-each sentinel followed by its span and ends with a final sentinel and </s>."""
+each sentinel followed by its span and ends with a final sentinel and </s>.
+
+Packed (`data.packing`; a text corpus's blocks come with their documents,
+`xfmr.objectives.packing.text_blocks`), each document's piece of a block is an example of its
+own, as in T5's pre-processing (chunk, corrupt, then pack): corrupted alone, its input and
+target laid side by side with the others' in the block's row, its decoder attending within its
+own target and across to its own input only (`document_ids`, `decoder_document_ids`)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from xfmr.objectives.common import (
     token_terms,
 )
 from xfmr.objectives.contract import Objective, TextTask
+from xfmr.objectives.packing import PADDING_DOCUMENT, packed_text, text_blocks
 
 
 def sentinel(index: int) -> str:
@@ -69,6 +76,16 @@ def corrupt(
     return source, target
 
 
+def document_pieces(ids: list[int], documents: list[int]) -> list[list[int]]:
+    """A packed block's ids split where its document changes: each document's piece."""
+    pieces: list[list[int]] = []
+    for position, (token, document) in enumerate(zip(ids, documents, strict=True)):
+        if position == 0 or document != documents[position - 1]:
+            pieces.append([])
+        pieces[-1].append(token)
+    return pieces
+
+
 class SpanCorruptionObjective(Objective):
     """Span corruption on blocks of text for an encoder-decoder; decoder inputs are the targets
     shifted right behind a start token (<pad>, as in T5).
@@ -83,6 +100,7 @@ class SpanCorruptionObjective(Objective):
     # Spans are written out by a decoder that reads the corrupted input: an encoder-decoder.
     archs = ("encoder_decoder",)
     reads = "text"
+    packs = True  # blocks of documents (data.packing): see `collate`
 
     def __init__(
         self,
@@ -109,29 +127,65 @@ class SpanCorruptionObjective(Objective):
         self.eos_id = tokenizer.token_to_id("</s>")
         self.sentinel_ids = [tokenizer.token_to_id(sentinel(i)) for i in range(self.n_sentinels)]
 
-    def collate(self, blocks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        sources, targets = [], []
-        for block in blocks:
-            ids = block[:-1].tolist()
-            spans = noise_spans(
-                len(ids), noise_density=self.noise_density, mean_span_length=self.mean_span_length
-            )
-            source, target = corrupt(ids, spans, self.sentinel_ids, self.eos_id)
-            sources.append(source)
-            targets.append(target)
+    def collate(self, blocks: list) -> dict[str, torch.Tensor]:
+        """Blocks (T + 1 ids each; the last is CLM's and unused) -> corrupted inputs, decoder
+        inputs and targets. Packed blocks (ids and their documents, `data.packing`): each
+        document's piece of a block corrupted alone, side by side in the block's row."""
+        ids, documents = text_blocks(blocks)  # (B, T + 1) each
+        rows = ids[:, :-1].tolist()
+        if documents is None:
+            return self.corrupted([[row] for row in rows])
+        documents = documents[:, :-1].tolist()
+        return self.corrupted(
+            [document_pieces(row, of) for row, of in zip(rows, documents, strict=True)],
+            packed=True,
+        )
+
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return packed_text(batch)
+
+    def corrupted(self, rows: list[list[list[int]]], *, packed: bool = False) -> dict:
+        """Rows of examples (token ids) -> the batch (`_row`); `packed`: with each token's
+        example, numbered from 0 in its row, in `document_ids` and `decoder_document_ids`."""
+        sources, targets, shifted, source_of, target_of = zip(*map(self._row, rows), strict=True)
         input_ids, attention_mask = pad_rows(sources, self.pad_id)
         labels, decoder_mask = pad_rows(targets, self.pad_id)
-        decoder_input_ids = torch.cat(
-            [torch.full_like(labels[:, :1], self.pad_id), labels[:, :-1]], dim=1
-        )
-        labels = labels.masked_fill(decoder_mask == 0, IGNORE_INDEX)
-        return {
+        decoder_input_ids, _ = pad_rows(shifted, self.pad_id)
+        batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "decoder_input_ids": decoder_input_ids,
             "decoder_attention_mask": decoder_mask,
-            "labels": labels,
+            "labels": labels.masked_fill(decoder_mask == 0, IGNORE_INDEX),
         }
+        if packed:
+            batch["document_ids"] = pad_rows(source_of, PADDING_DOCUMENT)[0]
+            batch["decoder_document_ids"] = pad_rows(target_of, PADDING_DOCUMENT)[0]
+        return batch
+
+    def _row(self, examples: list[list[int]]) -> tuple[list[int], ...]:
+        """One row's examples, each corrupted alone (its spans drawn in order), side by side:
+        (inputs, targets, decoder inputs: each target shifted right behind <pad>, the example
+        of each input token, the example of each target token)."""
+        row: tuple[list[int], ...] = ([], [], [], [], [])
+        for number, example in enumerate(examples):
+            source, target = corrupt(
+                example, self._spans(len(example)), self.sentinel_ids, self.eos_id
+            )
+            shifted = [self.pad_id, *target[:-1]]
+            numbers = ([number] * len(source), [number] * len(target))
+            for values, more in zip(row, (source, target, shifted, *numbers), strict=True):
+                values += more
+        return row
+
+    def _spans(self, length: int) -> list[tuple[int, int]]:
+        """The spans dropped from an example of `length` tokens; none from a one-token piece
+        of a document (its target is then the final sentinel and </s>)."""
+        if length < 2:
+            return []
+        return noise_spans(
+            length, noise_density=self.noise_density, mean_span_length=self.mean_span_length
+        )
 
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]

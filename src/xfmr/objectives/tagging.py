@@ -1,7 +1,11 @@
 """Token tagging (NER, Devlin et al. 2019, sec. 5.3): one tag per word, `[CLS] pieces... [SEP]`
 with each word tokenized on its own and its tag on its first piece; the other pieces, the
 specials and the padding carry IGNORE_INDEX. Scored by entity-level precision, recall and F1
-over words."""
+over words.
+
+Packed (`data.packing`), sentences share rows, each attending within itself; the loss counts
+the same tagged pieces, and the scores read each sentence's logits back in a row of its own
+(`xfmr.objectives.unpacking`), so its words are scored as unpacked."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import IGNORE_INDEX, bert_special_ids, pad_rows, token_loss_sum
 from xfmr.objectives.contract import Objective
 from xfmr.objectives.entity_f1 import NO_PREDICTION, SCORES, EntityF1
+from xfmr.objectives.packing import pack
+from xfmr.objectives.unpacking import unpack
 
 # A word position past the end of the sentence, or a word whose first piece truncation cut.
 NO_WORD_START = -1
@@ -41,6 +47,7 @@ class TaggingObjective(Objective):
     by_perplexity = False
     # [UNK] stands in for a word the tokenizer makes no pieces of, so every word keeps a tag.
     required_special_tokens = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+    packs = True
 
     def __init__(self, *, max_length: int = 128) -> None:
         if max_length < 3:
@@ -68,6 +75,9 @@ class TaggingObjective(Objective):
         return {score: EntityF1(self.label_names, score=score) for score in SCORES}
 
     def update_metrics(self, metrics: nn.ModuleDict, logits: torch.Tensor, batch: dict) -> None:
+        if "document_ids" in batch:  # packed rows: each sentence's logits in a row of its own
+            n = batch["word_starts"].size(0)
+            logits = unpack(logits, batch["document_ids"], n, fill=0.0)  # (B, T, n_labels)
         predicted = word_predictions(logits.argmax(-1), batch["word_starts"])  # (B, W)
         for score in SCORES:
             metrics[score].update(predicted, batch["word_labels"])
@@ -101,8 +111,16 @@ class TaggingObjective(Objective):
             "word_labels": word_labels,
         }
 
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Sentences share rows with their pieces' labels; `word_starts` and `word_labels`
+        stay each sentence's own, for the scores."""
+        keys = {"input_ids": self.pad_id, "attention_mask": 0, "labels": IGNORE_INDEX}
+        return pack(batch, [("attention_mask", "document_ids", keys)])
+
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = model(batch["input_ids"], batch["attention_mask"])  # (B, T, n_labels)
+        """(the loss summed over tagged pieces, logits (R, T, n_labels), R rows: packed or not)."""
+        packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
+        logits = model(batch["input_ids"], batch["attention_mask"], **packed)  # (R, T, n_labels)
         return {"tokens": token_loss_sum(logits, batch["labels"])}, logits

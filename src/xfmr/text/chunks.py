@@ -46,7 +46,7 @@ def cut_chunks(pieces: Iterable[str], chunk_chars: int = CHUNK_CHARS) -> Iterato
 def encode_chunk(tokenizer: TextTokenizer, chunk: str, dtype: Any = np.int64) -> np.ndarray:
     """The ids of `chunk`, encoded in pieces of about ENCODE_CHARS cut as `cut_chunks` cuts:
     tokenizers' cost per character grows with the length of the text it is given."""
-    table = _char_table(tokenizer)
+    table = char_table(tokenizer)
     if table is not None and not any(token in chunk for token in table.added):
         return table.encode(chunk, dtype)
     parts = [np.zeros(0, dtype)]
@@ -75,7 +75,7 @@ class _CharTable:
 _CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _char_table(tokenizer: TextTokenizer) -> _CharTable | None:
+def char_table(tokenizer: TextTokenizer) -> _CharTable | None:
     """The lookup table of a kind=char tokenizer (as `train_tokenizer` builds it), else None."""
     if tokenizer not in _CHAR_TABLES:
         config = json.loads(tokenizer.tokenizer.to_str())

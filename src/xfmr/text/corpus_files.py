@@ -20,9 +20,12 @@ READ_CHARS = 1 << 20  # characters read from a file at a time
 CHAR_COUNTS_FILE = "char_counts.json"
 
 
-def text_pieces(files: Sequence[Path], start: int = 0, stop: int | None = None) -> Iterator[str]:
+def text_pieces(
+    files: Sequence[Path], start: int = 0, stop: int | None = None, *, file_ends: bool = False
+) -> Iterator[str | None]:
     """The files' text, concatenated, from character `start` to `stop`, as read_utf8 reads it
-    (UTF-8, universal newlines), a block at a time."""
+    (UTF-8, universal newlines), a block at a time; with `file_ends`, None after each file's
+    text within the range (where a document ends, `xfmr.text.document_text`)."""
     position = 0
     for path in files:
         with _utf8(path) as f:
@@ -33,6 +36,8 @@ def text_pieces(files: Sequence[Path], start: int = 0, stop: int | None = None) 
                 if stop is not None and begin >= stop:
                     return
                 yield block[max(0, start - begin) : None if stop is None else stop - begin]
+        if file_ends and position > start:
+            yield None
 
 
 def count_chars(files: Sequence[Path], memo_dir: str | Path | None = None) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from xfmr.text.chunks import encode_chunk
+from xfmr.text.document_text import encode_texts
 from xfmr.text.tokenizers import TextTokenizer
 
 _WORKER: dict[str, Any] = {}
@@ -24,11 +25,17 @@ def _start_worker(tokenizer_json: str, dtype: str) -> None:
     _WORKER.update(tokenizer=TextTokenizer(Tokenizer.from_str(tokenizer_json)), dtype=dtype)
 
 
-def _encode_item(item: str | list[str]) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """A text chunk's ids, or a batch of sentences' ids (concatenated) and their lengths."""
+def _encode_item(
+    item: str | list[str] | tuple[str, ...],
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """A text chunk's ids; or a batch's ids (concatenated) and their lengths: a list of
+    sentences, or a tuple of documents' segments (each encoded alone, however long,
+    `xfmr.text.document_text.encode_texts`)."""
     tokenizer, dtype = _WORKER["tokenizer"], np.dtype(_WORKER["dtype"])
     if isinstance(item, str):
         return encode_chunk(tokenizer, item, dtype)
+    if isinstance(item, tuple):
+        return encode_texts(tokenizer, item, dtype)
     encoded = tokenizer.encode_batch(item)
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     ids = np.fromiter((i for ids in encoded for i in ids), dtype=dtype, count=int(lengths.sum()))

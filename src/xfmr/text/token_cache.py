@@ -7,6 +7,8 @@ file or tokenizer makes a new cache, never a stale one. A directory holds
     tokens.bin       every id, uint16 (uint32 when the vocabulary needs it), training split first
     sentences.npy    documents layout only: token offset of each sentence (one more than sentences)
     documents.npy    documents layout only: sentence offset of each document (one more than documents)
+    document_tokens.npy  text layout read as documents only (`xfmr.text.document_text`): token
+                     offset of each document (one more than documents)
     index.json       what the files hold and what they were built from; written last
 
 and counts only if its index exists and matches. Of several processes that need one missing
@@ -23,6 +25,7 @@ import json
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,12 @@ from xfmr.text.corpus_files import (
     sentences_per_document,
     text_pieces,
 )
+from xfmr.text.document_text import (
+    DocumentBreaks,
+    document_starts,
+    segment_batches,
+    split_documents,
+)
 from xfmr.text.encoding_pool import Encoder
 from xfmr.text.fingerprints import cache_key, sources, tokenizer_hash
 from xfmr.text.tokenizers import TextTokenizer
@@ -51,6 +60,7 @@ INDEX_FILE = "index.json"
 TOKENS_FILE = "tokens.bin"
 SENTENCES_FILE = "sentences.npy"
 DOCUMENTS_FILE = "documents.npy"
+DOCUMENT_TOKENS_FILE = "document_tokens.npy"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -88,6 +98,10 @@ class TokenCache:
     def document_offsets(self) -> np.ndarray:
         return np.load(self.directory / DOCUMENTS_FILE, mmap_mode="r")
 
+    def document_starts(self) -> np.ndarray:
+        """Text read as documents: the token offset of each document, and the end."""
+        return np.load(self.directory / DOCUMENT_TOKENS_FILE)
+
 
 class MappedIds:
     """Ids `start:stop` of a tokens file, mapped at the first read in each process: a pickled
@@ -119,6 +133,7 @@ def open_or_build(
     cache_dir: str | Path,
     workers: int | None = None,
     chunk_chars: int = CHUNK_CHARS,
+    documents: DocumentBreaks | None = None,
 ) -> TokenCache:
     """The cache of `files` under `tokenizer`, built first if no complete, matching one exists.
 
@@ -129,6 +144,8 @@ def open_or_build(
         cache_dir: where cache directories go (one per corpus x tokenizer x split settings).
         workers: encoding processes (None: every core this process may use).
         chunk_chars: characters per encoded chunk.
+        documents: text layout: where its documents end, each encoded alone, their offsets
+            kept (`xfmr.text.document_text`); None or none set: one stream, as always.
     """
     assert layout in LAYOUTS, layout
     identity = {
@@ -138,6 +155,9 @@ def open_or_build(
         "val_fraction": val_fraction,
         "tokenizer_sha256": tokenizer_hash(tokenizer),
     }
+    if documents is not None and documents.any:  # absent otherwise: older caches still count
+        assert layout == "text", layout
+        identity["documents"] = documents.identity()
     directory = Path(cache_dir) / f"{layout}-{cache_key(identity)}"
     cache = build_once(
         directory,
@@ -167,6 +187,8 @@ def _complete(directory: Path, identity: dict[str, Any]) -> TokenCache | None:
         return None
     if identity["layout"] == "documents":
         whole = whole and all((directory / f).is_file() for f in (SENTENCES_FILE, DOCUMENTS_FILE))
+    if "documents" in identity:
+        whole = whole and (directory / DOCUMENT_TOKENS_FILE).is_file()
     return cache if whole else None
 
 
@@ -187,7 +209,9 @@ def _build(
     dtype = token_dtype(tokenizer.vocab_size)
     encoder = Encoder(tokenizer, dtype, workers, total_bytes > 2 * chunk_chars)
     with encoder, _Progress(total_bytes) as progress:
-        if identity["layout"] == "text":
+        if "documents" in identity:
+            layout = _build_text_documents(folder, files, identity, encoder, progress, chunk_chars)
+        elif identity["layout"] == "text":
             layout = _build_text(folder, files, identity, encoder, progress, chunk_chars)
         else:
             layout = _build_documents(folder, files, identity, encoder, progress, chunk_chars)
@@ -232,6 +256,36 @@ def _build_text(directory, files, identity, encoder, progress, chunk_chars) -> d
     }
 
 
+def _build_text_documents(
+    directory, files, identity, encoder, progress, chunk_chars
+) -> dict[str, Any]:
+    """`_build_text`'s stream and split, each split's documents encoded alone (a document
+    the split cuts is two), with the token offset of each document."""
+    breaks = DocumentBreaks(**identity["documents"])
+    characters = count_chars(files)
+    cut = int(characters * (1.0 - identity["val_fraction"]))  # as split_text cuts
+    counts, lengths, ends = [], [np.zeros(0, np.int64)], [np.zeros(0, bool)]
+    with _TokenWriter(directory / TOKENS_FILE) as out:
+        for start, stop in ((0, cut), (cut, None)):
+            pieces = text_pieces(files, start, stop, file_ends=breaks.per_file)
+            segments = split_documents(pieces, breaks.separator, chunk_chars)
+            batches = segment_batches(segments, chunk_chars)
+            counts.append(0)
+            for batch_ends, (ids, batch_lengths) in _encoded_documents(encoder, progress, batches):
+                counts[-1] += out.write(ids)
+                lengths.append(batch_lengths)
+                ends.append(np.asarray(batch_ends, bool))
+    starts = document_starts(np.concatenate(lengths), np.concatenate(ends))
+    _save_npy(directory / DOCUMENT_TOKENS_FILE, starts)
+    return {
+        "characters": characters,
+        "train_characters": cut,
+        "tokens": sum(counts),
+        "train_tokens": counts[0],
+        "documents": len(starts) - 1,
+    }
+
+
 def _build_documents(directory, files, identity, encoder, progress, chunk_chars) -> dict[str, Any]:
     """Every sentence's ids, with the token offset of each sentence and the sentence offset of
     each document."""
@@ -253,6 +307,22 @@ def _build_documents(directory, files, identity, encoder, progress, chunk_chars)
         "sentences": int(documents[-1]),
         "tokens": int(sentences[-1]),
     }
+
+
+def _encoded_documents(
+    encoder: Encoder, progress: _Progress, batches: Iterable[tuple[tuple[str, ...], tuple]]
+) -> Iterator[tuple[tuple[bool, ...], tuple[np.ndarray, np.ndarray]]]:
+    """(ends, (ids, lengths)) of each batch of `segment_batches`, in order: the texts go to
+    the pool (a tuple: each encoded alone), their ends wait here for them."""
+    waiting: deque[tuple[bool, ...]] = deque()
+
+    def texts() -> Iterator[tuple[str, ...]]:
+        for batch_texts, batch_ends in batches:
+            waiting.append(batch_ends)
+            yield batch_texts
+
+    for result in encoder.map(progress.count(texts())):
+        yield waiting.popleft(), result
 
 
 def _sentence_batches(lines: Iterable[str | None], chunk_chars: int) -> Iterator[list[str]]:
