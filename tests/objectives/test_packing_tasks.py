@@ -178,13 +178,13 @@ def test_packing_for_an_objective_that_does_not_pack_is_refused_in_one_line(tmp_
     from xfmr.errors import UserError
 
     (tmp_path / "d.txt").write_text("a b.\nc d.\n\ne f.\n")
-    overrides = ["objective=mlm_nsp", "arch=encoder", "data=documents"]
+    overrides = ["objective=nsp", "arch=encoder", "data=documents"]
     overrides += [f"data.path={tmp_path / 'd.txt'}", "data.packing=true"]
     with pytest.raises(UserError) as refused:
         compose_config(tmp_path, overrides)
     message = str(refused.value)
-    assert "\n" not in message and message.startswith("data.packing=true: objective=mlm_nsp")
-    for objective in ("classification", "qa", "seq2seq", "span_corruption", "tagging"):
+    assert "\n" not in message and message.startswith("data.packing=true: objective=nsp ")
+    for objective in ("classification", "mlm_nsp", "qa", "seq2seq", "span_corruption", "tagging"):
         assert objective in message
 
 

@@ -160,7 +160,8 @@ class DocumentsDataModule(ExamplesDataModule):
             (xfmr.text.token_cache); false encodes them in memory in every run.
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
         packing: several pairs share each row (`xfmr.objectives.packing`), for an objective
-            that packs them; mlm_nsp does not yet, and the config check refuses it.
+            that packs them: mlm_nsp does; nsp alone does not yet, and the config check
+            refuses it.
     """
 
     gives = "documents"  # the kind of examples, xfmr.kinds

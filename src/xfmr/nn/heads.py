@@ -124,13 +124,27 @@ class EncoderPretraining(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
+        n_documents: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids (B, T) -> (mlm_logits (B, T, V), nsp_logits (B, 2)).
 
         attention_mask: (B, T), 1 for real tokens. token_type_ids: (B, T) segment ids.
+        In packed rows, document_ids (R, T) name each token's sentence pair (-1: padding) and
+        n_documents how many there are: mlm_logits (R, T, V) and nsp_logits (n_documents, 2),
+        each pair's from its own first token ([CLS]), in pair order.
         """
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
-        return self.mlm(hidden), self.nsp(self.pooler(hidden))
+        hidden = self.backbone(
+            input_ids, attention_mask, token_type_ids, document_ids=document_ids
+        )  # (B, T, C)
+        firsts = hidden  # the Pooler reads position 0 of each row
+        if document_ids is not None:
+            if n_documents is None:
+                raise ValueError("packed rows (document_ids) need n_documents, the pairs' count")
+            pooled = pool_documents(hidden, document_ids, n_documents, "first")  # (n, C)
+            firsts = pooled[:, None]  # (n, 1, C): each pair's [CLS] as a row of its own
+        return self.mlm(hidden), self.nsp(self.pooler(firsts))
 
 
 def bert_mlm_head(config: ModelConfig, backbone: Encoder) -> MLMHead:

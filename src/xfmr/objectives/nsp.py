@@ -21,6 +21,7 @@ from xfmr.objectives.common import (
 )
 from xfmr.objectives.contract import Objective, TextTask, z_loss_term
 from xfmr.objectives.mlm import TokenMasker, fill_masks
+from xfmr.objectives.packing import pack
 
 
 def truncate_pair(a: list[int], b: list[int], *, budget: int) -> tuple[list[int], list[int]]:
@@ -137,6 +138,10 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
 
     The batch's `labels` are the MLM targets (B, T) and `next_sentence_label` the NSP ones (B,).
 
+    Packed (`data.packing`), pairs share rows, each attending within itself, its positions and
+    segments as unpacked; its tokens are masked before packing (`collate`, then `pack`), so the
+    same draws mask the same tokens, and its NSP logits come from its own [CLS].
+
     Args:
         max_length: tokens per pair, specials included; the longer sentence is cut first.
         select_rate, mask_rate, random_rate, whole_word: see `xfmr.objectives.mlm.TokenMasker`.
@@ -152,6 +157,7 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
     # MLM's mean over the masked tokens plus NSP's over the pairs, each over its own count.
     loss_terms = ("mlm", "nsp")
     required_special_tokens = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
+    packs = True  # sentence pairs share rows (data.packing): see `pack`
 
     def __init__(
         self,
@@ -201,6 +207,17 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
         batch["input_ids"], batch["labels"] = self.masker(batch["input_ids"])
         return batch
 
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Pairs share rows with their segments and masked-LM labels (masked per pair in
+        `collate`); each pair's `next_sentence_label` stays its own, one per pair."""
+        keys = {
+            "input_ids": self.pad_id,
+            "attention_mask": 0,
+            "token_type_ids": 0,
+            "labels": IGNORE_INDEX,
+        }
+        return pack(batch, [("attention_mask", "document_ids", keys)])
+
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         nsp_labels = batch["next_sentence_label"]
         counts = {
@@ -212,9 +229,13 @@ class MaskedLMNextSentenceObjective(NextSentenceObjective):
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        packed = {}
+        if "document_ids" in batch:  # packed rows: one NSP logit row per pair, in pair order
+            n_pairs = batch["next_sentence_label"].size(0)
+            packed = dict(document_ids=batch["document_ids"], n_documents=n_pairs)
         mlm_logits, nsp_logits = model(
-            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
-        )
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **packed
+        )  # (B, T, V) (packed: (R, T, V)), (B, 2)
         nsp = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
         mlm = token_terms(mlm_logits, batch["labels"], term="mlm", z_loss=self.z_loss)
         sums = {**mlm, "nsp": nsp}
