@@ -38,12 +38,12 @@ def auto_mode(
     if processes == 1 and fixed_shapes:
         return "reduce-overhead", (
             "compile=auto: compile=reduce-overhead (CUDA graphs: every training batch has one "
-            "shape); the first steps compile, a minute or so; compile=false runs eagerly"
+            "shape); the first step compiles, tens of seconds; compile=false runs eagerly"
         )
     why = "batches vary in shape" if processes == 1 else "several processes"
     return None, (
         f"compile=auto: the step runs eagerly ({why}); compile=true compiles it once for every "
-        "shape, a minute or so before the first steps"
+        "shape, tens of seconds before the first step"
     )
 
 
