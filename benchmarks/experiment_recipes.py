@@ -34,8 +34,8 @@ from xfmr.runs.compare.stats import mean_interval
 SOFTCAP = 30
 QK_NORM = "layernorm"  # the model's own norm (the recipe's `model.norm`), over each head's q and k
 CHANGES = {
-    # Muon shares AdamW's lr and decay (adjust_lr_fn=match_rms_adamw); the recipe's `optim.betas`
-    # are AdamW's key, which optim=muon names adamw_betas (same default, [0.9, 0.99]).
+    # Muon shares AdamW's lr and decay (adjust_lr_fn=match_rms_adamw); `~optim.betas` leaves the
+    # AdamW groups optim=muon's default betas, the recipe's own [0.9, 0.99] (as the runs were made).
     "muon": ["optim=muon", "~optim.betas"],
     "rotary": ["pos=rotary"],
     "relu2": ["model.activation=relu2"],
@@ -178,8 +178,8 @@ def scope(args: Any, groups: dict, found: dict, tests: Family) -> str:
         f"evenly over the last {float(data.val_fraction):.0%}. The changes: "
         + "; ".join(f"{name} `{' '.join(o)}`" for name, o in CHANGES.items())
         + f"; all: every one of them. Muon takes the recipe's lr and decay for both its groups "
-        "(`adjust_lr_fn=match_rms_adamw`); `~optim.betas` drops the recipe's AdamW key, which "
-        "optim=muon calls `adamw_betas` (the same [0.9, 0.99]). The soft-cap, "
+        "(`adjust_lr_fn=match_rms_adamw`); `~optim.betas` leaves its AdamW groups optim=muon's "
+        "default betas, the recipe's own [0.9, 0.99]. The soft-cap, "
         f"{SOFTCAP}, is Gemma 2's, fixed before the runs and not tuned: the page asks whether "
         "the choice as published helps; at this size a character model's logits rarely pass "
         f"~10, where {SOFTCAP} tanh(x/{SOFTCAP}) bends them by under 4%. q/k norm is "

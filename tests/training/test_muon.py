@@ -149,7 +149,7 @@ def test_adamw_groups_step_as_torch_s_adamw_at_their_own_lr() -> None:
     ours, theirs = nn.Parameter(torch.randn(5)), nn.Parameter(torch.randn(5))
     theirs.data.copy_(ours.data)
     optimizer = MuonWithAdamW(
-        [{"params": [ours], "muon": False}], lr=0.5, adamw_lr=0.01, adamw_betas=(0.8, 0.9)
+        [{"params": [ours], "muon": False}], lr=0.5, adamw_lr=0.01, betas=(0.8, 0.9)
     )
     reference = torch.optim.AdamW([theirs], lr=0.01, betas=(0.8, 0.9), weight_decay=0.1)
     for _ in range(3):
@@ -315,7 +315,7 @@ def test_where_muon_cannot_apply_it_is_refused_in_one_line(tmp_path, overrides, 
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("adjust_lr_fn", "nope"), ("momentum", 1.0), ("ns_steps", 0), ("adamw_betas", [0.9, 1.0])],
+    [("adjust_lr_fn", "nope"), ("momentum", 1.0), ("ns_steps", 0), ("betas", [0.9, 1.0])],
 )
 def test_a_bad_value_is_refused_naming_its_key(key: str, value) -> None:
     values = {"_target_": MUON, "_partial_": True, key: value}

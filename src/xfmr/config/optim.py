@@ -41,8 +41,6 @@ OPTIM_NUMBERS: NumberTable = {
     "betas": ((BETAS,), None),
     # optim=muon's (`xfmr.training.muon.MuonWithAdamW`, where each is described)
     "adamw_lr": ((NON_NEGATIVE,), None),
-    "adamw_betas": ((BETAS,), None),
-    "adamw_eps": ((NON_NEGATIVE,), None),
     "ns_steps": ((Number(whole=True, low=1, high=99),), None),  # torch.optim.Muon: under 100
 }
 SCHEDULE_NUMBERS: NumberTable = {

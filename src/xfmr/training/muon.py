@@ -97,8 +97,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
             * sqrt(max(rows, cols)), the update's RMS AdamW's, so Muon can share AdamW's lr
             and weight decay) or "original" (Jordan's: lr * sqrt(max(1, rows / cols)), with
             an lr near 0.02).
-        adamw_betas: AdamW's betas.
-        adamw_eps: AdamW's eps.
+        betas: the AdamW groups' betas (optim=adamw's key, so an experiment's betas carry over).
+        eps: the AdamW groups' eps.
         fused: AdamW's fused kernel, as optim=adamw has it (None: torch's choice).
     """
 
@@ -113,8 +113,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         nesterov: bool = True,
         ns_steps: int = 5,
         adjust_lr_fn: str = "match_rms_adamw",
-        adamw_betas: Sequence[float] = (0.9, 0.99),
-        adamw_eps: float = 1e-8,
+        betas: Sequence[float] = (0.9, 0.99),
+        eps: float = 1e-8,
         fused: bool | None = True,
     ) -> None:
         groups = [dict(group) for group in params]
@@ -138,8 +138,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
             self._adamw = torch.optim.AdamW(
                 rest,
                 lr=adamw_lr,
-                betas=tuple(adamw_betas),
-                eps=adamw_eps,
+                betas=tuple(betas),
+                eps=eps,
                 weight_decay=weight_decay,
                 fused=fused,
             )
