@@ -7,6 +7,7 @@ From Python (see docs/python.md):
     experiment = xfmr.compose("size=tiny", "trainer.max_steps=200")
     run = xfmr.train(experiment)
     run.history, run.generate("the cat"), xfmr.compare(run, other_run)
+    xfmr.evaluate(run, tasks="NAME")  # lm-eval tasks (the eval extra)
 
 The names below load on first use (`xfmr.api`), so `import xfmr` and the command line's
 start-up stay light.
@@ -17,10 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Experiment", "Run", "compare", "compose", "open_run", "train"]
+__all__ = ["Experiment", "Run", "compare", "compose", "evaluate", "open_run", "train"]
 
 if TYPE_CHECKING:
-    from xfmr.api import Experiment, Run, compare, compose, open_run, train
+    from xfmr.api import Experiment, Run, compare, compose, evaluate, open_run, train
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,7 @@
     training.py  train it: one path from a composed config to a fitted run, which xfmr-train
                  takes too; logging, progress and Ctrl-C as a notebook expects
     runs.py      a run directory as an object: results, history, generate, evaluate, attention,
-                 export
+                 export; `evaluate(run, tasks=...)`, lm-eval tasks on it
     comparing.py runs side by side as a pandas DataFrame, as xfmr-compare tabulates them
     choices.py   which configs a group=choice argument names
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xfmr.api.comparing import compare
     from xfmr.api.composing import Experiment, compose
-    from xfmr.api.runs import Run, open_run
+    from xfmr.api.runs import Run, evaluate, open_run
     from xfmr.api.training import train
 
 # Each name's module, imported on first use: xfmr-train imports xfmr.api.choices and
@@ -29,10 +29,11 @@ _MODULES = {
     "compose": "composing",
     "Run": "runs",
     "open_run": "runs",
+    "evaluate": "runs",
     "train": "training",
     "compare": "comparing",
 }
-__all__ = ["Experiment", "Run", "compare", "compose", "open_run", "train"]
+__all__ = ["Experiment", "Run", "compare", "compose", "evaluate", "open_run", "train"]
 
 
 def __getattr__(name: str) -> Any:

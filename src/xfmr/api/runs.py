@@ -1,5 +1,5 @@
 """A run directory as a Python object: what it says (status, results, history, config) and what
-the command line does with it. `xfmr-generate`, `-eval`, `-attention`, `-export` and `-average`
+the command line does with it. `xfmr-generate`, `-eval` (and its tasks=, `evaluate`), `-attention`, `-export` and `-average`
 call these methods too: each sequence (find the run and its checkpoint, read its config, check
 what was asked, load it, write the result) is written here once, over `xfmr.runs`."""
 
@@ -193,6 +193,36 @@ class Run:
         write_json(self.report_path(out), report)
         return report
 
+    def evaluate_tasks(
+        self,
+        tasks: str | Sequence[str],
+        *,
+        tasks_dir: str | Path | None = None,
+        limit: int | float | None = None,
+        batch_size: int = 16,
+        num_fewshot: int | None = None,
+        checkpoint: str | Path | None = None,
+        device: str = "cpu",
+    ) -> dict[str, float]:
+        """`xfmr-eval tasks=`: lm-evaluation-harness tasks (`xfmr.evaluate`), scored on the run's
+        model as it is, with no conversion. Writes lm-eval's report to RUN/lm_eval.json and
+        returns the scores it adds to results.json's metrics, `eval/<task>/<metric>`."""
+        from xfmr.evaluation.checks import check_task_settings, require_lm_eval, task_names
+
+        names = task_names(tasks)
+        check_task_settings(limit=limit, batch_size=batch_size, num_fewshot=num_fewshot)
+        require_lm_eval()
+        from xfmr.evaluation.harness import run_tasks
+
+        return run_tasks(
+            self._load(checkpoint, device),
+            names,
+            tasks_dir=tasks_dir,
+            limit=limit,
+            batch_size=batch_size,
+            num_fewshot=num_fewshot,
+        )
+
     def report_path(self, out: str | Path | None = None) -> Path:
         """Where `evaluate` writes its report: `out`, else RUN/eval.json."""
         return Path(out).expanduser() if out else self.path / EVAL_FILE
@@ -285,6 +315,13 @@ class Run:
 def open_run(path: str | Path) -> Run:
     """The run in `path`, a directory written by `xfmr-train` or `xfmr.train`."""
     return Run(path)
+
+
+def evaluate(run: Run | str | Path, *, tasks: str | Sequence[str], **settings: Any) -> dict:
+    """lm-evaluation-harness tasks on `run` (a `Run` or its directory), as `xfmr-eval
+    tasks=` runs them: `Run.evaluate_tasks`, whose keywords (tasks_dir, limit, batch_size,
+    num_fewshot, checkpoint, device) it takes. Returns the scores added to results.json."""
+    return (run if isinstance(run, Run) else Run(run)).evaluate_tasks(tasks, **settings)
 
 
 def _generation(

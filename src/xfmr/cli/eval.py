@@ -5,6 +5,9 @@ a longer one (every scheme but learned positions runs past the length it trained
 
 Writes eval.json (`out=`) and the outputs beside it; prints a short summary. Arguments, the run
 directory, the data overrides and `generation.*` are checked before torch loads.
+
+With `tasks=a,b`, lm-evaluation-harness tasks instead (the `eval` extra; `xfmr.evaluate`):
+lm-eval's report to RUN/lm_eval.json, each score into results.json as eval/TASK/METRIC.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from xfmr.cli.common import fail
 from xfmr.cli.keyvalue import EntryPoint, parse_args, progress
@@ -23,7 +26,10 @@ PROG = "xfmr-eval"
 ENTRY = EntryPoint(
     prog=PROG,
     config_name="eval",
-    summary="loss, perplexity and (seq2seq) BLEU of a trained run on a validation split.",
+    summary=(
+        "loss, perplexity and (seq2seq) BLEU of a trained run on a validation split; with "
+        "tasks=, lm-eval tasks."
+    ),
     examples=(
         "xfmr-eval run_dir=RUN",
         "xfmr-eval run_dir=RUN checkpoint=averaged generation=beam generation.num_beams=4",
@@ -31,8 +37,11 @@ ENTRY = EntryPoint(
         "xfmr-eval run_dir=RUN data.path=other.txt        (a text run: its tail val_fraction)",
         "xfmr-eval run_dir=RUN data.val_batches=200       (a text run: an estimate on 200 batches)",
         "xfmr-eval run_dir=RUN data.block_size=256        (a causal LM past its trained length)",
+        "xfmr-eval run_dir=RUN tasks=NAME,NAME limit=100  (lm-eval tasks: pip install 'xfmr[eval]')",
+        "xfmr-eval run_dir=RUN tasks=mine tasks_dir=DIR   (your own lm-eval task YAMLs)",
     ),
     groups=("generation",),
+    text_keys=("tasks",),  # comma-separated names, not a Hydra sweep
     open_sections=("data",),
 )
 
@@ -78,8 +87,40 @@ def written(out: Path, report: dict) -> str:
     return f"wrote {', '.join(shown[:-1])} and {shown[-1]}" if len(shown) > 1 else f"wrote {out}"
 
 
+def task_summary(metrics: dict[str, float]) -> str:
+    """One line per score added to results.json."""
+    return "\n".join(f"{name} {value:.4f}" for name, value in metrics.items()) or "no scores"
+
+
+def score_tasks(cfg: DictConfig) -> None:
+    """tasks=: lm-eval tasks on the run; checked (names, settings, lm-eval installed) before
+    torch loads."""
+    from xfmr.api.runs import Run
+    from xfmr.run_dir.files import LM_EVAL_FILE, RESULTS_FILE
+
+    try:
+        locate_run(cfg.run_dir, cfg.checkpoint)
+        run = Run(cfg.run_dir)
+        metrics = run.evaluate_tasks(
+            cfg.tasks,
+            tasks_dir=cfg.tasks_dir,
+            limit=cfg.limit,
+            batch_size=cfg.batch_size,
+            num_fewshot=cfg.num_fewshot,
+            checkpoint=cfg.checkpoint,
+            device=cfg.device,
+        )
+    except (UserError, DiskFull) as e:
+        fail(PROG, str(e), code=1 if isinstance(e, DiskFull) else 2)
+    print(task_summary(metrics))
+    print(f"wrote {run.path / LM_EVAL_FILE} and the scores into {run.path / RESULTS_FILE}")
+
+
 def main() -> None:
     cfg = parse_args(ENTRY, sys.argv[1:])
+    if cfg.tasks is not None:
+        score_tasks(cfg)
+        return
     from xfmr.api.runs import Run
 
     try:

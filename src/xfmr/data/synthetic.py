@@ -34,7 +34,10 @@ def _noun_phrase(rng: random.Random, plural: bool) -> str:
 
 
 def _verb(rng: random.Random, plural: bool) -> str:
-    verb = rng.choice(_VERBS)
+    return _inflect(rng.choice(_VERBS), plural)
+
+
+def _inflect(verb: str, plural: bool) -> str:
     return verb if plural else verb + ("es" if verb.endswith(("ch", "sh")) else "s")
 
 
@@ -48,6 +51,37 @@ def sentence(rng: random.Random) -> str:
     if rng.random() < 0.4:
         words.append(rng.choice(_PLACES))
     return " ".join(words) + "."
+
+
+# The rules a minimal pair breaks, one word apart (BLiMP's format, Warstadt et al. 2020): the
+# verb's number, with the subject next to it or past a relative clause whose noun has the other
+# number (BLiMP's distractor agreement), and "a"/"an" before the object.
+PHENOMENA = ("agreement", "agreement_relative_clause", "a_an")
+
+
+def minimal_pair(rng: random.Random, phenomenon: str) -> tuple[str, str]:
+    """A sentence of the language and the same sentence with the rule `phenomenon` broken.
+
+    The broken word is never the first, so the pair's first tokens agree."""
+    if phenomenon not in PHENOMENA:
+        raise ValueError(f"phenomenon={phenomenon!r} is not valid: use one of {list(PHENOMENA)}")
+    plural = rng.random() < 0.5
+    subject = _noun_phrase(rng, plural)
+    if phenomenon == "agreement_relative_clause":
+        subject += f" that {_verb(rng, plural)} {_noun_phrase(rng, not plural)}"
+    verb = rng.choice(_VERBS)
+    if phenomenon == "a_an":
+        object_ = _noun_phrase(rng, False)
+        while object_.startswith("the "):  # a singular noun phrase whose article is a or an
+            object_ = _noun_phrase(rng, False)
+        swapped = ("an " + object_[2:]) if object_.startswith("a ") else ("a " + object_[3:])
+        objects, verbs = (object_, swapped), (_inflect(verb, plural),) * 2
+    else:
+        object_ = _noun_phrase(rng, rng.random() < 0.5)
+        objects, verbs = (object_, object_), (_inflect(verb, plural), _inflect(verb, not plural))
+    place = f" {rng.choice(_PLACES)}" if rng.random() < 0.4 else ""
+    good, bad = (f"{subject} {v} {o}{place}." for v, o in zip(verbs, objects, strict=True))
+    return good, bad
 
 
 def synthetic_corpus(n_sentences: int, seed: int) -> str:

@@ -68,6 +68,7 @@ SAFETENSORS_SUFFIX = ".safetensors"  # an xfmr-export file: weights only
 EXPORT_FORMATS = ("safetensors", "hf")
 HF_FOLDER = "hf"
 EVAL_FILE = "eval.json"  # xfmr-eval's report when no `out` is given
+LM_EVAL_FILE = "lm_eval.json"  # xfmr-eval tasks=: lm-evaluation-harness's whole report
 
 SWEEP_FILE = "sweep.json"
 MULTIRUN_FILE = "multirun.yaml"
