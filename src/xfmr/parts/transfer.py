@@ -15,6 +15,7 @@ from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig
 from xfmr.parts.sources import InitSource
 from xfmr.run_dir.checkpoints import MODEL_PREFIX, read_checkpoint
+from xfmr.run_dir.files import HF_CONFIG_FILE
 
 log = logging.getLogger("xfmr")
 
@@ -105,8 +106,8 @@ def pretrained_model_config(hf_dir: Path, model: ModelConfig, block_size: int | 
     if model.vocab_multiple != 1:  # the checkpoint's rows are its vocab_size, padded or not
         raise UserError(
             f"model.vocab_multiple={model.vocab_multiple} does not apply with "
-            f"init_from=hf:{hf_dir}, whose config.json decides the vocabulary's rows: leave it "
-            "at 1"
+            f"init_from=hf:{hf_dir}, whose {HF_CONFIG_FILE} decides the vocabulary's rows: "
+            "leave it at 1"
         )
     try:
         config = hf_model_config(hf_dir, dropout=model.dropout, attn_dropout=model.attn_dropout)
