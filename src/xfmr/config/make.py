@@ -97,7 +97,9 @@ def resolve(config: RunConfig) -> RunConfig:
     (`data.num_workers=auto`); each named in `config.resolved` with what was given."""
     trainer = config.trainer.resolved()
     trainer.check_sharding(config.model.arch)
-    config.optim.check_applies(config.model.arch, sharded=trainer.sharded)
+    config.optim.check_applies(
+        config.model.arch, sharded=trainer.sharded, parametrization=config.model.parametrization
+    )
     resolved: dict[str, Any] = {}
     if trainer.precision != config.trainer.precision:
         resolved["trainer.precision"] = config.trainer.precision

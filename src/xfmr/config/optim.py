@@ -55,6 +55,8 @@ MUON = "xfmr.training.muon.MuonWithAdamW"  # optim=muon, named by its `_target_`
 # Muon's momentum weighs an average (torch's lerp), so it is under 1.
 MUON_NUMBERS: NumberTable = {"momentum": ((Number(low=0, high=1, open_high=True),), None)}
 MUON_LR_ADJUSTMENTS = ("match_rms_adamw", "original")  # torch.optim.Muon's adjust_lr_fn
+# The optimizers model.parametrization=mup has learning rates for (`xfmr.training.mup_groups`).
+MUP_OPTIMIZERS = ("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD")
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,15 @@ class OptimConfig(TargetSection):
     def is_muon(self) -> bool:
         return self.target.path == MUON
 
-    def check_applies(self, arch: str, *, sharded: bool) -> None:
-        """optim=muon needs a transformer's blocks, each matrix whole on every process."""
+    def check_applies(self, arch: str, *, sharded: bool, parametrization: str = "sp") -> None:
+        """optim=muon needs a transformer's blocks, each matrix whole on every process;
+        model.parametrization=mup an optimizer whose µP learning rates are known."""
+        if parametrization == "mup" and self.target.path not in MUP_OPTIMIZERS:
+            raise UserError(
+                f"model.parametrization=mup has learning-rate rules for optim._target_ in "
+                f"[{', '.join(MUP_OPTIMIZERS)}] (Yang et al. 2022), not {self.target.path}: use "
+                "optim=adamw, or model.parametrization=sp"
+            )
         if not self.is_muon:
             return
         archs = ", ".join(TRANSFORMER_ARCHS)

@@ -6,6 +6,9 @@ families (`hf_families`), config functions and weight tables, read the other way
 
 A model no HF class represents exactly is refused by `hf_family` with a ValueError naming what
 differs and the nearest settings that would export, before anything is built or written.
+A µP model (model.parametrization=mup) exports as the sp model with its multipliers folded into
+the weights (`xfmr.nn.mup.folded`: the LM head untied from the embedding), or is refused naming
+the key where no class represents that.
 `transformers` is imported only by `to_hf`.
 """
 
@@ -19,6 +22,7 @@ from torch import nn
 from xfmr.interop.hf_families import FAMILIES, Family, families_of_model, model_type_of
 from xfmr.interop.hf_weights import write_table
 from xfmr.nn.heads import SequenceClassification
+from xfmr.nn.mup import folded, folded_config, is_mup
 
 # Why an architecture or model has no HF class, and what would export instead.
 _NO_CLASS = {
@@ -46,7 +50,20 @@ def hf_family(model: nn.Module) -> Family:
     Raises:
         ValueError: one line naming what differs and the nearest settings that would export.
     """
-    config = model.config
+    if not is_mup(model.config):
+        return _family(model, model.config)
+    try:
+        return _family(model, folded_config(model))
+    except ValueError as e:
+        raise ValueError(
+            "model.parametrization=mup exports as sp with its multipliers folded into the "
+            f"weights (the LM head untied from the token embedding), and then: {e}; or export "
+            "a model trained with model.parametrization=sp"
+        ) from None
+
+
+def _family(model: nn.Module, config: Any) -> Family:
+    """`hf_family` of `model` as `config` (its own, or the sp one its µP multipliers fold into)."""
     if config.arch == "rnn" or type(model).__name__ in _NO_CLASS:
         why, instead = _NO_CLASS["rnn" if config.arch == "rnn" else type(model).__name__]
         raise ValueError(
@@ -88,7 +105,7 @@ def hf_config(model: nn.Module, family: Family, **extra: Any) -> Any:
     token ids, label names)."""
     import transformers
 
-    fields = {**family.hf_config(model.config), **extra}
+    fields = {**family.hf_config(folded_config(model)), **extra}
     config_class = transformers.AutoConfig.for_model(model_type_of(family)).__class__
     return config_class(architectures=[family.hf_class], **fields)
 
@@ -102,12 +119,13 @@ def to_hf(model: nn.Module, family: Family, **extra: Any) -> nn.Module:
     if isinstance(model, SequenceClassification | _token_classifier()):
         config.num_labels = _n_labels(model)
     hf_model = getattr(transformers, family.hf_class)(config)
-    if family.hf_class == "T5ForConditionalGeneration" and not model.config.tie_embeddings:
+    ours, state = folded(model)  # sp: the model's config and weights as they are
+    if family.hf_class == "T5ForConditionalGeneration" and not ours.tie_embeddings:
         # transformers builds T5's head tied to `shared` whatever the config says; v1.1 has
         # its own, which save_pretrained then writes apart.
         hf_model.lm_head.weight = nn.Parameter(hf_model.lm_head.weight.detach().clone())
-    table = family.table(model.config)
-    weights = write_table(table, {k: v.detach() for k, v in model.state_dict().items()})
+    table = family.table(ours)
+    weights = write_table(table, state)
     target = hf_model.state_dict()
     weights |= {name: torch.zeros_like(target[name]) for name in table.zeros}
     missing = sorted(set(target) - set(weights))

@@ -23,6 +23,7 @@ from xfmr.nn.cache import LayerCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.flex import FLEX_MIN_HEAD_DIM, flex_softcapped, scores_of
 from xfmr.nn.masks import fold_masks
+from xfmr.nn.mup import attention_scale
 from xfmr.nn.norms import build_norm
 from xfmr.nn.positions import Rotation, apply_rotary
 
@@ -179,7 +180,7 @@ def attention_arguments(config: ModelConfig) -> dict[str, Any]:
         attn_dropout=config.attn_dropout,
         resid_dropout=config.dropout,
         bias=config.bias,
-        scale=None if config.attn_scale else 1.0,  # T5: no 1/sqrt(d_head) (Raffel et al. 2020)
+        scale=attention_scale(config),  # T5: 1, no 1/sqrt(d_head); µP: 1/d_head
         qk_norm=config.qk_norm,
         norm_eps=config.norm_eps,
         softcap=config.attn_softcap,

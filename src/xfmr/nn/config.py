@@ -30,6 +30,8 @@ from xfmr.keys import unknown_key
 from xfmr.nn.config_checks import (
     check_attention,
     check_heads,
+    check_numbers,
+    check_parametrization,
     check_positions,
     check_rope_scaling,
 )
@@ -69,6 +71,7 @@ QK_NORMS = ("none", *NORMS)
 PLACEMENTS = ("pre", "post", "sandwich")
 ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
 RNN_CELLS = ("gru", "lstm", "tanh")
+PARAMETRIZATIONS = ("sp", "mup")
 # Which positional schemes each architecture can use: an RNN orders tokens by recurrence.
 ARCH_POSITIONS = {
     "decoder": POS_NAMES,
@@ -195,6 +198,21 @@ class ModelConfig:
     attn_scale: bool = key(
         True, "1/sqrt(d_head) on scores; T5 has none (Raffel et al. 2020)", archs=TRANSFORMER_ARCHS
     )
+    parametrization: str = key(
+        "sp",
+        "sp: the standard parametrization; mup: the maximal update parametrization (Yang et al. "
+        "2022, Tensor Programs V): hidden matrices drawn at std / sqrt(m) and stepped at "
+        "Adam lr / m, scores 1/d_head, logits / m, with m = d_model / mup_base_width, so an lr "
+        "tuned at the base width holds at others (xfmr.nn.mup)",
+        archs=TRANSFORMER_ARCHS,
+        choices=PARAMETRIZATIONS,
+    )
+    mup_base_width: int | None = key(
+        None,
+        "with parametrization=mup, the d_model at which mup is sp (the narrow proxy the lr was "
+        "tuned at); read only by mup",
+        archs=TRANSFORMER_ARCHS,
+    )
     type_vocab_size: int = key(
         0, "segment embeddings (BERT); 0: none", archs=SEGMENT_ARCHS, fine_tune=True, exports=True
     )
@@ -261,24 +279,9 @@ class ModelConfig:
             part = getattr(self, name)
             if part is not None and not (isinstance(part, dict) and part.get(TARGET)):
                 raise ValueError(f"{name}={part!r} must be null or name a class in `_target_`")
-        for name in ("vocab_size", "vocab_multiple", "n_layers", "n_heads", "n_kv_heads",
-                     "d_model", "d_ff", "n_decoder_layers"):  # fmt: skip
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.target_params is not None and self.target_params < 1:
-            raise ValueError(
-                f"target_params={self.target_params} must be a positive integer, or null"
-            )
-        for name in ("dropout", "attn_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1)")
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps={self.norm_eps} must be a number > 0")
-        if self.init_std < 0:
-            raise ValueError(f"init_std={self.init_std} must be a number >= 0")
-        if self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size={self.type_vocab_size} must be >= 0 (0 = none)")
+        check_numbers(self)
         check_heads(self)
+        check_parametrization(self)
         check_attention(self)
         check_rope_scaling(self.pos)
         check_positions(self, ARCH_POSITIONS[self.arch])

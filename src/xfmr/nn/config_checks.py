@@ -12,6 +12,27 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def check_numbers(config: Any) -> None:
+    """Sizes are positive, rates lie in [0, 1), epsilons and stds are in range."""
+    for name in ("vocab_size", "vocab_multiple", "n_layers", "n_heads", "n_kv_heads",
+                 "d_model", "d_ff", "n_decoder_layers"):  # fmt: skip
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise ValueError(f"{name}={getattr(config, name)} must be a positive integer")
+    if config.target_params is not None and config.target_params < 1:
+        raise ValueError(
+            f"target_params={config.target_params} must be a positive integer, or null"
+        )
+    for name in ("dropout", "attn_dropout"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name}={getattr(config, name)} must lie in [0, 1)")
+    if not config.norm_eps > 0:
+        raise ValueError(f"norm_eps={config.norm_eps} must be a number > 0")
+    if config.init_std < 0:
+        raise ValueError(f"init_std={config.init_std} must be a number >= 0")
+    if config.type_vocab_size < 0:
+        raise ValueError(f"type_vocab_size={config.type_vocab_size} must be >= 0 (0 = none)")
+
+
 def check_heads(config: Any) -> None:
     """d_model splits evenly into n_heads, and n_heads into n_kv_heads groups."""
     if config.arch == "rnn":  # an RNN has no heads
@@ -30,6 +51,38 @@ def check_heads(config: Any) -> None:
         raise ValueError(
             f"n_heads={config.n_heads} is not a multiple of n_kv_heads={config.n_kv_heads}: "
             f"choose n_kv_heads among {_divisors(config.n_heads)} (or null: n_heads)"
+        )
+
+
+def check_parametrization(config: Any) -> None:
+    """parametrization=mup has a base width, which n_heads divides (its base head dim), on a
+    transformer without sqrt(d_model) on the embeddings (a width-dependent multiplier µP has no
+    place for)."""
+    if config.mup_base_width is not None and (
+        isinstance(config.mup_base_width, bool) or config.mup_base_width < 1
+    ):
+        raise ValueError(f"mup_base_width={config.mup_base_width} must be a positive integer")
+    if config.parametrization != "mup":
+        return
+    if config.arch == "rnn":
+        raise ValueError(
+            "parametrization='mup' applies to arch in [decoder, encoder, encoder_decoder]: "
+            "an rnn has no µP rule here; use parametrization=sp"
+        )
+    if config.mup_base_width is None:
+        raise ValueError(
+            "parametrization='mup' needs mup_base_width, the d_model at which mup equals sp "
+            f"(the width the learning rate was tuned at), e.g. mup_base_width={config.d_model}"
+        )
+    if config.mup_base_width % config.n_heads:
+        raise ValueError(
+            f"mup_base_width={config.mup_base_width} is not divisible by n_heads="
+            f"{config.n_heads}: the base head dim is mup_base_width / n_heads"
+        )
+    if config.embed_scale:
+        raise ValueError(
+            "parametrization='mup' with embed_scale=true: sqrt(d_model) on the embeddings "
+            "grows with width, which µP's input layer does not; use embed_scale=false"
         )
 
 

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from xfmr.nn.config import ModelConfig
+from xfmr.nn.mup import Readout, readout_multiplier
 from xfmr.nn.stack import TransformerStack
 from xfmr.nn.weights import ParameterCount, init_weights
 
@@ -36,7 +37,12 @@ class EncoderLM(ParameterCount, nn.Module):
         super().__init__()
         self.config = config
         self.backbone = Encoder(config)
-        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
+        self.lm_head = Readout(
+            config.d_model,
+            config.padded_vocab_size,
+            bias=False,
+            multiplier=readout_multiplier(config),
+        )
         if config.tie_embeddings:
             self.lm_head.weight = self.backbone.tok_emb.weight  # Press & Wolf 2017
         init_weights(self, config)

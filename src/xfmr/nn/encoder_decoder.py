@@ -9,6 +9,7 @@ from xfmr.nn.cache import KVCache
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import Encoder
 from xfmr.nn.flex import softcap
+from xfmr.nn.mup import Readout, logit_scale, readout_multiplier
 from xfmr.nn.stack import TransformerStack
 from xfmr.nn.weights import ParameterCount, init_weights
 
@@ -37,10 +38,15 @@ class EncoderDecoder(ParameterCount, nn.Module):
             cross_attention=True,
             tok_emb=self.encoder.tok_emb if config.share_embeddings else None,
         )
-        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
+        self.lm_head = Readout(
+            config.d_model,
+            config.padded_vocab_size,
+            bias=False,
+            multiplier=readout_multiplier(config),
+        )
         if config.tie_embeddings:
             self.lm_head.weight = self.decoder.tok_emb.weight  # Press & Wolf 2017
-        self.logit_scale = config.d_model**-0.5 if config.scale_logits else None
+        self.logit_scale = logit_scale(config)
         init_weights(self, config)
 
     def encode(

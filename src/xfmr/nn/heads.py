@@ -15,6 +15,7 @@ from torch import nn
 from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import Encoder
 from xfmr.nn.layers import ACTIVATIONS, build_norm
+from xfmr.nn.mup import Readout, readout_multiplier
 from xfmr.nn.weights import ParameterCount, init_weights
 
 
@@ -31,6 +32,7 @@ class MLMHead(nn.Module):
         bias: whether the dense layer and the norm carry a bias (the output bias always exists).
         embedding: a token embedding to tie the output projection to (Press & Wolf 2017);
             None gives the projection its own weight.
+        multiplier: the projection's input multiplier (µP's readout, `xfmr.nn.mup`); None: none.
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class MLMHead(nn.Module):
         norm_eps: float,
         bias: bool = True,
         embedding: nn.Embedding | None = None,
+        multiplier: float | None = None,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS or ACTIVATIONS[activation].gated:
@@ -51,7 +54,7 @@ class MLMHead(nn.Module):
         self.dense = nn.Linear(d_model, d_model, bias=bias)
         self.act = ACTIVATIONS[activation].make()
         self.norm = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.decoder = nn.Linear(d_model, vocab_size, bias=False)
+        self.decoder = Readout(d_model, vocab_size, bias=False, multiplier=multiplier)
         if embedding is not None:
             self.decoder.weight = embedding.weight
         self.bias = nn.Parameter(torch.zeros(vocab_size))
@@ -88,14 +91,17 @@ class SequenceClassifier(nn.Module):
         d_model: width of the pooled summary.
         n_classes: number of classes.
         dropout: dropout on the summary before the projection.
+        multiplier: the projection's input multiplier (µP's readout, `xfmr.nn.mup`); None: none.
     """
 
-    def __init__(self, d_model: int, n_classes: int, *, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, n_classes: int, *, dropout: float = 0.0, multiplier: float | None = None
+    ) -> None:
         super().__init__()
         if n_classes < 1:
             raise ValueError(f"n_classes={n_classes} must be a positive integer")
         self.dropout = nn.Dropout(dropout)
-        self.proj = nn.Linear(d_model, n_classes)
+        self.proj = Readout(d_model, n_classes, multiplier=multiplier)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """pooled: (B, C) -> logits (B, n_classes)."""
@@ -116,7 +122,7 @@ class EncoderPretraining(ParameterCount, nn.Module):
         self.backbone = Encoder(config)
         self.mlm = bert_mlm_head(config, self.backbone)
         self.pooler = Pooler(config.d_model, bias=config.bias)
-        self.nsp = SequenceClassifier(config.d_model, 2)
+        self.nsp = SequenceClassifier(config.d_model, 2, multiplier=readout_multiplier(config))
         init_weights(self, config)
 
     def forward(
@@ -157,6 +163,7 @@ def bert_mlm_head(config: ModelConfig, backbone: Encoder) -> MLMHead:
         norm_eps=config.norm_eps,
         bias=config.bias,
         embedding=backbone.tok_emb if config.tie_embeddings else None,
+        multiplier=readout_multiplier(config),
     )
 
 
@@ -203,7 +210,7 @@ class EncoderNextSentence(ParameterCount, nn.Module):
         self.config = config
         self.backbone = Encoder(config)
         self.pooler = Pooler(config.d_model, bias=config.bias)
-        self.nsp = SequenceClassifier(config.d_model, 2)
+        self.nsp = SequenceClassifier(config.d_model, 2, multiplier=readout_multiplier(config))
         init_weights(self, config)
 
     def forward(
@@ -246,7 +253,12 @@ class SequenceClassification(ParameterCount, nn.Module):
         self.pooling = pooling
         self.backbone = backbones[config.arch](config)
         self.pooler = Pooler(config.d_model, bias=config.bias) if pooling == "first" else None
-        self.classifier = SequenceClassifier(config.d_model, n_classes, dropout=config.dropout)
+        self.classifier = SequenceClassifier(
+            config.d_model,
+            n_classes,
+            dropout=config.dropout,
+            multiplier=readout_multiplier(config),
+        )
         init_weights(self, config)
 
     def forward(
@@ -318,7 +330,7 @@ class TokenClassification(ParameterCount, nn.Module):
         self.config = config
         self.backbone = Encoder(config)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(config.d_model, n_labels)
+        self.classifier = Readout(config.d_model, n_labels, multiplier=readout_multiplier(config))
         init_weights(self, config)
 
     def forward(
@@ -353,7 +365,7 @@ class SpanExtraction(ParameterCount, nn.Module):
             raise ValueError(f"span extraction needs arch 'encoder', not {config.arch!r}")
         self.config = config
         self.backbone = Encoder(config)
-        self.span_head = nn.Linear(config.d_model, 2)
+        self.span_head = Readout(config.d_model, 2, multiplier=readout_multiplier(config))
         init_weights(self, config)
 
     def forward(

@@ -10,6 +10,7 @@ from xfmr.nn.config import ModelConfig
 from xfmr.nn.encoder import EncoderLM
 from xfmr.nn.encoder_decoder import EncoderDecoder
 from xfmr.nn.flex import softcap
+from xfmr.nn.mup import Readout, readout_multiplier
 from xfmr.nn.rnn import RNNLM
 from xfmr.nn.stack import TransformerStack
 from xfmr.nn.weights import ParameterCount, init_weights
@@ -34,8 +35,13 @@ class CausalLM(ParameterCount, nn.Module):
         super().__init__()
         self.config = config
         self.backbone = DecoderOnly(config)
-        self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
-        if config.tie_embeddings:
+        self.lm_head = Readout(
+            config.d_model,
+            config.padded_vocab_size,
+            bias=False,
+            multiplier=readout_multiplier(config),
+        )
+        if config.tie_embeddings:  # under µP, microsoft/mup's MuSharedReadout
             self.lm_head.weight = self.backbone.tok_emb.weight  # Press & Wolf 2017
         init_weights(self, config)
 

@@ -7,6 +7,7 @@ import math
 from torch import nn
 
 from xfmr.nn.config import ModelConfig
+from xfmr.nn.mup import rescale_hidden
 
 
 def init_weights(model: nn.Module, config: ModelConfig) -> None:
@@ -15,8 +16,10 @@ def init_weights(model: nn.Module, config: ModelConfig) -> None:
 
     Norm gains stay at one, ALiBi and sinusoids have no parameters, and recurrent layers keep
     PyTorch's U(-1/sqrt(hidden), 1/sqrt(hidden)). A weight shared by two modules is initialised
-    once per module that holds it (the last draw wins); sharing makes that harmless. Then each
-    submodule with an `init_weights()` method (a part of one's own, `xfmr.nn.parts`) calls it.
+    once per module that holds it (the last draw wins); sharing makes that harmless. Under
+    parametrization=mup the hidden matrices are then scaled to std / sqrt(m) (`xfmr.nn.mup`).
+    Then each submodule with an `init_weights()` method (a part of one's own, `xfmr.nn.parts`)
+    calls it.
     """
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
@@ -28,6 +31,7 @@ def init_weights(model: nn.Module, config: ModelConfig) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
+    rescale_hidden(model, config)
     for module in model.modules():  # a part of the person's own may set its own afterwards
         if module is not model and callable(getattr(module, "init_weights", None)):
             module.init_weights()

@@ -12,15 +12,19 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from xfmr.ranges import warmup_length
 from xfmr.training.muon import MuonWithAdamW, muon_param_groups
+from xfmr.training.mup_groups import mup_param_groups
 
 
 def optimizer_groups(
     model: nn.Module, optimizer: Callable[..., Any], *, backbone_lr_scale: float = 1.0
 ) -> list[dict]:
     """The parameter groups for `optimizer`, the config's class with its settings (a partial):
-    optim=muon's split (`xfmr.training.muon`), else `param_groups` with the optimizer's weight
-    decay. `backbone_lr_scale`: the backbone's share of the lr (fine-tuning)."""
+    optim=muon's split (`xfmr.training.muon`), µP's lrs under model.parametrization=mup
+    (`xfmr.training.mup_groups`), else `param_groups` with the optimizer's weight decay.
+    `backbone_lr_scale`: the backbone's share of the lr (fine-tuning)."""
     settings = getattr(optimizer, "keywords", {})
+    if getattr(getattr(model, "config", None), "parametrization", "sp") == "mup":
+        return mup_param_groups(model, optimizer, backbone_lr_scale=backbone_lr_scale)
     if getattr(optimizer, "func", optimizer) is MuonWithAdamW:
         return muon_param_groups(model, backbone_lr_scale=backbone_lr_scale)
     lr = settings.get("lr")
