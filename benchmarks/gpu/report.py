@@ -80,15 +80,13 @@ class Goal:
 
 def goals(rows: list[Row]) -> list[Goal]:
     """Every goal, met or not, or not measured where a row it needs was not run."""
-    measured = [
+    gpt2_tables = [t for t in ("gpt2", "gpt2_vocab") if any(r.table == t for r in rows)]
+    return [
         parity_goal(rows, "false", "eager"),
         parity_goal(rows, "true", "compiled"),
         cuda_graphs_goal(rows),
-        mfu_goal(rows, "gpt2"),
+        *(mfu_goal(rows, table) for table in gpt2_tables or ["gpt2"]),
     ]
-    if any(r.table == "gpt2_vocab" for r in rows):  # --gpt2-vocab gpt2 or both
-        measured.append(mfu_goal(rows, "gpt2_vocab"))
-    return measured
 
 
 def parity_goal(rows: list[Row], mode: str, label: str) -> Goal:

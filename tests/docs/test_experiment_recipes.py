@@ -6,19 +6,22 @@ time, the reach table, and a second call that reuses the finished runs."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from helpers import ROOT
 from helpers.docs import blocks_of, marker_problem
-from helpers.experiment_scripts import benchmark_script, is_png, tables, write_corpus
+from helpers.experiment_scripts import (
+    benchmark_script,
+    is_png,
+    run_benchmark,
+    tables,
+    write_corpus,
+)
 
 SHAKESPEARE = {"baseline", "muon", "rotary", "relu2", "qk_norm", "softcap", "untied", "all"}
 MULTI30K = {"padded", "packed"}
@@ -58,11 +61,11 @@ def _run(tmp_path: Path) -> subprocess.CompletedProcess:
     if not corpus.exists():
         write_corpus(corpus)
         _parallel_corpus(multi30k)
-    command = [sys.executable, str(ROOT / "benchmarks" / "experiment_recipes.py"), "--quick",
-               f"--data={corpus}", f"--multi30k={multi30k}", f"--runs={tmp_path / 'runs'}",
-               f"--page={tmp_path / 'page'}"]  # fmt: skip
-    env = {**os.environ, "XFMR_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    args = ["--quick", f"--data={corpus}", f"--multi30k={multi30k}", f"--runs={tmp_path / 'runs'}",
+            f"--page={tmp_path / 'page'}"]  # fmt: skip
+    result = run_benchmark(
+        "experiment_recipes.py", args, {"XFMR_CACHE_DIR": str(tmp_path / "cache")}
+    )
     if result.returncode == 0:
         page = tmp_path / "page" / "recipes.md"
         problems = [f"{b.where}: {p}" for b in blocks_of(page.read_text(), page)

@@ -4,22 +4,17 @@ loss. The figures at size=base (and CUDA's peak memory) need a full run."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
-from helpers import ROOT, helpers_env
+from helpers import helpers_env
+from helpers.experiment_scripts import run_benchmark
 
 ROW = re.compile(r"^\| (false|true) \| ([\d.]+) \| (-|[\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", re.M)
 
 
 def test_the_activation_memory_benchmark_prints_less_saved_and_the_same_loss() -> None:
-    command = [sys.executable, str(ROOT / "benchmarks" / "activation_memory.py"), "--quick"]
-    command.append("--device=cpu")
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, **helpers_env()}
-    )
+    args = ["--quick", "--device=cpu"]
+    result = run_benchmark("activation_memory.py", args, helpers_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {
         on: (float(saved), peak, loss) for on, saved, peak, _, loss in ROW.findall(result.stdout)

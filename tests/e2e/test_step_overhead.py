@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from helpers import ROOT
+from helpers.experiment_scripts import run_benchmark
 
 SHARED = Path(os.environ.get("XFMR_SHARED", ROOT.parent / "shared"))
 NANOGPT = SHARED / "third_party" / "nanoGPT"
@@ -33,9 +32,7 @@ def test_the_step_overhead_benchmark_prints_every_row_against_the_plain_loop(
     text = tmp_path / "input.txt"
     verse = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
     text.write_text(verse * 60, encoding="utf-8")
-    command = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "step_overhead.py"),
+    args = [
         f"--nanogpt={NANOGPT}",
         f"--data={text}",
         f"--out={tmp_path / 'out'}",
@@ -44,7 +41,7 @@ def test_the_step_overhead_benchmark_prints_every_row_against_the_plain_loop(
         "--rounds=1",
         "--quick",  # three rows of the full table's eight: each xfmr-train start costs seconds
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = run_benchmark("step_overhead.py", args)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     number = r"(\d+\.\d+)"
