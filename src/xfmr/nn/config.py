@@ -295,7 +295,7 @@ class ModelConfig:
 
     @property
     def padded_vocab_size(self) -> int:
-        """The rows of the token embedding and the LM head: `vocab_size` rounded up to a
+        """The rows of the token embedding and the LM head, `vocab_size` rounded up to a
         multiple of `vocab_multiple` (itself at 1). Ids from vocab_size on are never a token."""
         if self.vocab_size is None:
             raise ValueError("vocab_size is not set: the run sets it from the tokenizer")
