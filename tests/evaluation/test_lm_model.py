@@ -1,5 +1,5 @@
 """XfmrLM beyond what HFLM's parity holds: generate_until's stop sequences, sampling and
-max_gen_toks; the runs it refuses, each in one line."""
+max_gen_toks; continuations longer than max_length; the runs it refuses, each in one line."""
 
 from __future__ import annotations
 
@@ -60,10 +60,27 @@ def test_generate_until_samples_when_asked(lm) -> None:
     assert len(set(draws)) > 1 and any(draw != greedy for draw in draws)
 
 
-def test_a_continuation_longer_than_max_length_is_refused(lm) -> None:
-    long = "the quick brown fox jumps over the lazy dog."
-    with pytest.raises(UserError, match="longer than the 16"):
-        lm.loglikelihood(_instances("loglikelihood", [("the", long)]))
+def test_a_continuation_longer_than_max_length_is_scored_in_pieces(lm) -> None:
+    """Where HFLM stops at an assertion: pieces of max_length tokens, each read after as much
+    of what precedes it as fits; their log-likelihoods add up, greedy where each piece is."""
+    context = lm.tok_encode("the")
+    long = lm.tok_encode(" quick brown fox jumps over the lazy dog.")
+    assert 2 * lm.max_length < len(long)
+    cut = [lm.max_length, 2 * lm.max_length]
+    pieces = [long[: cut[0]], long[cut[0] : cut[1]], long[cut[1] :]]
+    parts = lm._loglikelihood_tokens(
+        [
+            (None, context + long[:start], piece)
+            for start, piece in zip([0, *cut], pieces, strict=True)
+        ]
+    )
+    ((logprob, greedy),) = lm._loglikelihood_tokens([(None, context, long)])
+    assert logprob == pytest.approx(sum(p for p, _ in parts), abs=1e-4)
+    assert greedy == all(g for _, g in parts)
+    (through_lm_eval,) = lm.loglikelihood(
+        _instances("loglikelihood", [("the", " quick brown fox jumps over the lazy dog.")])
+    )
+    assert through_lm_eval[0] == pytest.approx(logprob, abs=1e-4)
 
 
 def test_encoder_only_run_is_refused_in_one_line() -> None:

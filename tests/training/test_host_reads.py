@@ -5,6 +5,7 @@ Python value; on a GPU, torch's sync debug mode turns any wait into an error."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections import Counter
@@ -131,6 +132,32 @@ def test_a_plain_step_reads_nothing_back_and_a_logging_step_does(tmp_path: Path)
     assert '"skipped_steps": [\n    4\n  ]' in results
 
 
+# callbacks.lm_eval scoring every 7th step and after the last: 7, 14, 21 and 25.
+SCORED_STEPS = {7, 14, 21, 25}
+SCORING = [
+    "callbacks.lm_eval.tasks=xfmr_minimal_pairs_a_an",
+    "callbacks.lm_eval.every_n_steps=7",
+    "callbacks.lm_eval.limit=4",
+]
+
+
+def test_with_lm_eval_on_only_its_own_steps_read_more(tmp_path: Path) -> None:
+    """The in-training scoring reads the device (its scores) at the steps it scores and
+    nowhere else: a plain step, neither logging nor scored, reads nothing and logs nothing."""
+    pytest.importorskip("lm_eval")
+    counted = _count(tmp_path, SCORING)
+    plain = [s for s, logging in counted.logging.items() if not (logging or s in SCORED_STEPS)]
+    assert len(plain) == STEPS - len(LOGGING_STEPS | SCORED_STEPS)
+    assert {s: counted.reads[s] for s in plain if counted.reads[s]} == {}
+    assert {s: counted.logs[s] for s in plain if counted.logs[s]} == {}
+    # The counter sees the scoring: a scored step that is no logging step reads and logs.
+    assert all(counted.reads[s] > 0 and counted.logs[s] > 0 for s in SCORED_STEPS)
+    history = json.loads((tmp_path / "run" / "results.json").read_text())["history"]
+    assert sorted(row["step"] for row in history if any(k.startswith("eval/") for k in row)) == [
+        *sorted(SCORED_STEPS)
+    ]
+
+
 def test_an_optimizer_that_cannot_skip_on_the_device_reads_once_a_step(
     tmp_path: Path, caplog
 ) -> None:
@@ -142,7 +169,13 @@ def test_an_optimizer_that_cannot_skip_on_the_device_reads_once_a_step(
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lm_eval", [False, True], ids=["plain", "lm_eval"])
+def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path, lm_eval: bool) -> None:
+    """With callbacks.lm_eval on too: the steps after a scoring queue their work as before
+    (the scoring itself runs after the step, where the debug mode is off)."""
+    if lm_eval:
+        pytest.importorskip("lm_eval")
+
     class NoWaits(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             if not is_logging_step(trainer, trainer.global_step + 1):
@@ -164,6 +197,7 @@ def test_a_plain_step_on_a_gpu_never_waits_for_it(tmp_path: Path) -> None:
             f"trainer.log_every_n_steps={EVERY}",
             "logger=csv",
             "callbacks.text_sample=null",
+            *(SCORING if lm_eval else []),
         ],
     )
     fitting = fit._fitting

@@ -14,6 +14,7 @@ from typing import Any
 from xfmr.errors import UserError
 from xfmr.ranges import (
     COUNT,
+    FRACTION_OPEN,
     NON_NEGATIVE,
     POSITIVE,
     SEED,
@@ -147,6 +148,11 @@ CALLBACK_NUMBERS: dict[str, NumberTable] = {
         "save_top_k": ((TOP_K,), None),
     },
     "progress_bar": {"refresh_rate": ((COUNT,), None)},
+    "lm_eval": {
+        "every_n_steps": ((STEPS,), None),
+        "limit": ((STEPS, FRACTION_OPEN), "every question of each task"),
+        "batch_size": ((STEPS,), None),
+    },
 }
 
 

@@ -5,7 +5,8 @@ converting it. lm-eval asks three things of a model (`lm_eval.api.model.LM`):
   continuation. Tokenized as lm-eval's `HFLM` tokenizes (`TemplateLM._encode_pair`: a decoder
   encodes context + continuation whole and splits at the context's length; an encoder-decoder
   encodes the two apart, the context as its source with the objective's </s>), contexts cut
-  from the left to `max_length`, requests sorted longest first and scored a batch per forward.
+  from the left to `max_length`, requests sorted longest first and scored a batch per forward;
+  a decoder's continuation longer than `max_length` is scored in pieces, where HFLM stops.
 - `loglikelihood_rolling`: a text's whole log-likelihood, over the disjoint windows of
   `lm_eval.utils.get_rolling_token_windows` (each token predicted once, with as much context
   as `max_length` allows), for texts past the length the run trained on.
@@ -153,6 +154,32 @@ class XfmrLM(TemplateLM):
 
         return generate_until(self, [request.args for request in requests])
 
+    def _loglikelihood_tokens(self, requests: list[Request], **_) -> list[tuple[float, bool]]:
+        """Each request's (log-likelihood, greedy). A decoder's continuation longer than
+        `max_length` (a long sentence of a minimal pair, with no context, for a model of short
+        blocks) is scored in pieces of `max_length` tokens, each read after as much of what
+        precedes it as fits, as `loglikelihood_rolling`'s windows score a text: the pieces'
+        log-likelihoods add up, and it is greedy where every piece is. HFLM stops there at an
+        assertion; every request it can score is scored here as it scores it."""
+        if self.backend != "causal" or all(len(r[2]) <= self.max_length for r in requests):
+            return self._scored(requests)
+        pieces: list[Request] = []
+        owners: list[int] = []
+        for index, (key, context, continuation) in enumerate(requests):
+            whole = len(continuation) <= self.max_length
+            for start in range(0, len(continuation), self.max_length):
+                piece = continuation[start : start + self.max_length]
+                pieces.append((key if whole else None, context + continuation[:start], piece))
+                owners.append(index)
+        totals = [(0.0, True)] * len(requests)
+        for owner, (logprob, greedy) in zip(owners, self._scored(pieces), strict=True):
+            total, all_greedy = totals[owner]
+            totals[owner] = (total + logprob, all_greedy and greedy)
+        for (key, _, continuation), score in zip(requests, totals, strict=True):
+            if key is not None and len(continuation) > self.max_length:
+                self.cache_hook.add_partial("loglikelihood", key, score)
+        return totals
+
     # Batching alone, as HFLM does, with its exact reuse: requests whose context + continuation
     # minus its last token are the same ids (single-token answers to one question) share one
     # forward (Collator's group_by="contexts"). Computing a shared context once in the KV cache
@@ -161,7 +188,7 @@ class XfmrLM(TemplateLM):
     # a cache; and the padded continuations would need their own masks and positions past the
     # cache. Multiple-choice contexts here are a sentence or two, so the saving is small.
     @torch.no_grad()
-    def _loglikelihood_tokens(self, requests: list[Request], **_) -> list[tuple[float, bool]]:
+    def _scored(self, requests: list[Request]) -> list[tuple[float, bool]]:
         def longest_first(request: Request) -> tuple[int, tuple[int, ...]]:
             ids = request[1] + request[2]
             return -len(ids), tuple(ids)
@@ -201,7 +228,7 @@ class XfmrLM(TemplateLM):
         if longest > self.max_length:
             raise UserError(
                 f"a continuation of {longest} tokens is longer than the {self.max_length} the "
-                "model reads at once (max_length): it cannot be scored"
+                "decoder of this encoder-decoder reads at once (max_length): it cannot be scored"
             )
         if self.backend == "seq2seq":
             return self._seq2seq_logprobs(chunk)

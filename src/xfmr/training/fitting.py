@@ -78,6 +78,7 @@ def fit_run(
         callbacks = [summary, *config.callbacks.build(), stop_on_signal]
         callbacks += [pruning] if pruning else []
         callbacks += [ContinuedCsvLog(earlier_rows)] if earlier_rows else []
+        hand_run(callbacks, config, parts)
         trainer = config.trainer.build(
             callbacks=_fitting(callbacks, loggers, parts.tokenizer),
             logger=loggers or False,
@@ -119,6 +120,17 @@ def _fitting(callbacks: list[Any], loggers: list[Any], tokenizer: TextTokenizer)
         if isinstance(callback, TextSample):
             callback.tokenizer = tokenizer
     return callbacks
+
+
+def hand_run(callbacks: list[Any], config: RunConfig, parts: Parts) -> None:
+    """A callback with a `use_run(config, parts)` method gets the run's config and parts (the
+    tokenizer, the objective, the model's config) before fitting: one from a layer above this
+    (`xfmr.evaluation.in_training.LmEval`, named in conf/callbacks by its `_target_`), which
+    this layer cannot import to recognise."""
+    for callback in callbacks:
+        use_run = getattr(callback, "use_run", None)
+        if callable(use_run):
+            use_run(config, parts)
 
 
 def _close(

@@ -80,11 +80,16 @@ def summarize(
 ) -> dict[str, Any]:
     trainer, summary = fitted.trainer, fitted.summary
     # The model's metrics; the logged throughput is the last logging window's, which the
-    # figures below state once for the whole run.
+    # figures below state once for the whole run. Scores measured between validations (the
+    # lm_eval callback's) are kept by the summary too: a last validation outside fitting
+    # (`fitting._close`) starts callback_metrics afresh.
     metrics = {
-        k: float(v)
-        for k, v in trainer.callback_metrics.items()
-        if v.numel() == 1 and k not in LOGGED_SPEEDS
+        **{
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if v.numel() == 1 and k not in LOGGED_SPEEDS
+        },
+        **summary.scores,  # as measured, not as float32 tensors
     }
     ms = summary.ms_per_step
     speeds = summary.speeds(trainer.world_size)

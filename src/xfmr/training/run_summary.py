@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,7 @@ class RunSummary(L.Callback):
         self.shown: dict[str, float] = {}  # the last window's LOGGED_SPEEDS, for the bar
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
+        self.scores: dict[str, float] = {}  # the latest of each `add_scores` metric
         self._flops: TrainingFlops | None = None
         self._window_start: float | None = None
         self._window_steps = 0
@@ -202,11 +205,43 @@ class RunSummary(L.Callback):
         }
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pause(pl_module)
+
+    def _pause(self, pl_module: L.LightningModule) -> None:
+        """Training stops here: the open window is closed and its seconds counted."""
         self._close_window(pl_module)
         self._window_start = None
         if self._segment_start is not None:
             self._train_seconds += time.perf_counter() - self._segment_start
             self._segment_start = None
+
+    @contextmanager
+    def not_training(self, pl_module: L.LightningModule) -> Iterator[None]:
+        """Work between training steps that is not training (an evaluation): its time is left
+        out of the steps' timing and of `time_s`, as a validation's is. It waits for the
+        device, so it belongs where a step may read it."""
+        self._pause(pl_module)
+        try:
+            yield
+        finally:
+            self._segment_start = time.perf_counter()
+
+    def add_scores(self, trainer: L.Trainer, scores: Mapping[str, float]) -> None:
+        """Scores measured after the step just taken, outside validation: into the history
+        entry of this step (made here, with where it was taken, if none is), and `scores`."""
+        if not self.history or self.history[-1]["step"] != trainer.global_step:
+            self.history.append(self._entry(trainer.global_step, self._train_seconds))
+        self.history[-1].update(scores)
+        self.scores.update(scores)
+
+    def _entry(self, step: int, train_seconds: float) -> dict[str, Any]:
+        """A history entry's first fields: where in training it was taken."""
+        return {
+            "step": step,
+            "time_s": round(train_seconds, 3),
+            "tokens": self._tokens_seen,
+            "flops": round(self._flops_seen) if self._flops_seen is not None else None,
+        }
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._window_start = None
@@ -238,14 +273,13 @@ class RunSummary(L.Callback):
         if self.monitor not in metrics:
             return
         entry = {
-            "step": trainer.global_step,
-            "time_s": round(train_seconds, 3),
-            "tokens": self._tokens_seen,
-            "flops": round(self._flops_seen) if self._flops_seen is not None else None,
+            **self._entry(trainer.global_step, train_seconds),
             **{k: v for k, v in metrics.items() if k.startswith("val/")},
         }
         if self.history and self.history[-1]["step"] == entry["step"]:
-            self.history[-1] = entry  # the same step validated again (a finished run resumed)
+            # The step's scores (add_scores), or the same step validated again (a finished
+            # run resumed): one entry, this validation's figures in it.
+            entry = self.history[-1] = {**self.history[-1], **entry}
         else:
             self.history.append(entry)
         value = metrics[self.monitor]
@@ -274,6 +308,7 @@ class RunSummary(L.Callback):
         return {
             "best": self.best,
             "history": self.history,
+            "scores": self.scores,
             "train_seconds": self._train_seconds,
             "tokens": self._tokens_seen,
             "flops": self._flops_seen,
@@ -282,6 +317,7 @@ class RunSummary(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = state_dict.get("best", {})
         self.history = state_dict.get("history", [])
+        self.scores = state_dict.get("scores", {})
         self._train_seconds = state_dict.get("train_seconds", 0.0)
         # A checkpoint that did not count them: the counts from here on would start at its
         # step, not at 0, so the history's later entries have none.
