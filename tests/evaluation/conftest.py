@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,54 @@ def decoders(tmp_path_factory):
         if family not in done:
             root = tmp_path_factory.mktemp(family)
             overrides = [*FAMILIES[family], "trainer.enable_model_summary=false"]
+            run_training(compose_config(root, overrides))
+            export_hf(root / "run", root / "hf")
+            done[family] = (root / "run", root / "hf")
+        return done[family]
+
+    return get
+
+
+# A play in the toy language's sentences (xfmr.data.synthetic), whose letters the minimal pairs
+# use, with speakers' names and blank lines between speeches: its validation tail (PLAY_VAL)
+# gives xfmr_next_line its questions. Its longest next_line request (3 lines of context and an
+# ending) is 188 characters and the minimal pairs' longest sentence 79; PLAY_BLOCK covers both.
+SPEAKERS = ["ROMEO", "JULIET", "FRIAR", "NURSE", "MERCUTIO", "TYBALT"]
+PLAY_BLOCK, PLAY_VAL = 256, 0.2
+
+
+def play(speeches: int = 200, seed: int = 0) -> str:
+    from xfmr.data.synthetic import sentence
+
+    rng = random.Random(seed)
+    return "".join(
+        f"{SPEAKERS[k % len(SPEAKERS)]}:\n"
+        + "\n".join(sentence(rng) for _ in range(rng.randint(1, 3)))
+        + "\n\n"
+        for k in range(speeches)
+    )
+
+
+@pytest.fixture(scope="session")
+def play_decoders(tmp_path_factory):
+    """family -> (run directory, HF folder) as `decoders`, trained on `play()` with
+    block_size=PLAY_BLOCK: every request of the shipped multiple-choice tasks fits whole."""
+    from xfmr.runs.export_hf import export_hf
+    from xfmr.training.run import run_training
+
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def get(family: str) -> tuple[Path, Path]:
+        if family not in done:
+            root = tmp_path_factory.mktemp(f"play_{family}")
+            (root / "play.txt").write_text(play(), encoding="utf-8")
+            overrides = [
+                *FAMILIES[family],
+                f"data.path={root / 'play.txt'}",
+                f"data.block_size={PLAY_BLOCK}",
+                f"data.val_fraction={PLAY_VAL}",
+                "trainer.enable_model_summary=false",
+            ]
             run_training(compose_config(root, overrides))
             export_hf(root / "run", root / "hf")
             done[family] = (root / "run", root / "hf")
