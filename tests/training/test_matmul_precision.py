@@ -92,3 +92,16 @@ def test_lightnings_tip_to_set_the_matmul_precision_is_not_printed() -> None:
     assert not _DropNoise().filter(record)
     other = logging.LogRecord("lightning.fabric", logging.INFO, __file__, 1, "CUDA", None, None)
     assert _DropNoise().filter(other)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "`Trainer(limit_val_batches=1.0)` was configured so 100% of the batches will be used..",
+        "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]",
+    ],
+)
+def test_lightnings_lines_that_ask_nothing_of_a_person_are_not_printed(line: str) -> None:
+    """Lines an H200 run printed (Lightning 2.6.6's wording) that no key of the run answers."""
+    record = logging.LogRecord("lightning.pytorch", logging.INFO, __file__, 1, line, None, None)
+    assert not _DropNoise().filter(record)

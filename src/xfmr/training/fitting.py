@@ -231,6 +231,11 @@ _NOISE = (
     # Lightning's tip to call torch.set_float32_matmul_precision, given where it is `highest` on
     # a GPU with tensor cores: trainer.matmul_precision is that choice, made in the config.
     "that has Tensor Cores. To properly utilize them",
+    # Said of a limit the config sets on every run (conf/trainer/default.yaml's
+    # limit_val_batches: 1.0, every batch), and of the GPU a single process was given: lines
+    # an H200 run printed that ask nothing of the person reading them.
+    "` was configured so ",
+    "- CUDA_VISIBLE_DEVICES: [",
 )
 
 
