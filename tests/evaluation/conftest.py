@@ -45,6 +45,32 @@ QUESTIONS = [
 ]
 
 
+def _paired(run_dir: Path, folder: Path, *, batch_size: int):
+    """XfmrLM over the run and lm-eval's HFLM over its export, HFLM given XfmrLM's length and
+    prefix token so both cut and begin requests alike."""
+    from lm_eval.models.huggingface import HFLM
+
+    from xfmr.evaluation.lm_model import XfmrLM
+    from xfmr.runs.loading import load_run
+
+    ours = XfmrLM(load_run(run_dir), batch_size=batch_size)
+    theirs = HFLM(
+        pretrained=str(folder),
+        device="cpu",
+        batch_size=batch_size,
+        dtype="float32",
+        max_length=ours.max_length,
+        prefix_token_id=ours.prefix_token_id,
+    )
+    return ours, theirs
+
+
+@pytest.fixture(scope="session")
+def paired_models():
+    """`_paired`: (XfmrLM over a run, HFLM over its export)."""
+    return _paired
+
+
 @pytest.fixture(scope="session")
 def decoders(tmp_path_factory):
     """family -> (run directory, HF folder), each trained and exported on first use."""

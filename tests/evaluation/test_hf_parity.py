@@ -38,25 +38,11 @@ def _instances(kind: str, arguments: list[tuple]) -> list:
 
 
 @pytest.fixture(scope="module")
-def models(decoders):
+def models(decoders, paired_models):
     """family -> (XfmrLM over the run, HFLM over its export, with XfmrLM's length and prefix)."""
-    from lm_eval.models.huggingface import HFLM
-
-    from xfmr.evaluation.lm_model import XfmrLM
-    from xfmr.runs.loading import load_run
 
     def get(family: str):
-        run_dir, folder = decoders(family)
-        ours = XfmrLM(load_run(run_dir), batch_size=3)
-        theirs = HFLM(
-            pretrained=str(folder),
-            device="cpu",
-            batch_size=3,
-            dtype="float32",
-            max_length=ours.max_length,
-            prefix_token_id=ours.prefix_token_id,
-        )
-        return ours, theirs
+        return paired_models(*decoders(family), batch_size=3)
 
     return get
 

@@ -23,25 +23,6 @@ LEAVES = [
 LIMIT = 16  # questions per task: 3 x 16 pairs and 16 four-ending next lines, 160 requests
 
 
-def _models(run_dir, folder):
-    """XfmrLM over the run, HFLM over its export with XfmrLM's length and prefix token."""
-    from lm_eval.models.huggingface import HFLM
-
-    from xfmr.evaluation.lm_model import XfmrLM
-    from xfmr.runs.loading import load_run
-
-    ours = XfmrLM(load_run(run_dir), batch_size=8)
-    theirs = HFLM(
-        pretrained=str(folder),
-        device="cpu",
-        batch_size=8,
-        dtype="float32",
-        max_length=ours.max_length,
-        prefix_token_id=ours.prefix_token_id,
-    )
-    return ours, theirs
-
-
 def _reports(models, prepared) -> list[dict]:
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -82,13 +63,13 @@ def _longest_request(model, requests) -> int:
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_shipped_tasks_match_hflm(play_decoders, family: str, tmp_path) -> None:
+def test_shipped_tasks_match_hflm(play_decoders, paired_models, family: str, tmp_path) -> None:
     from xfmr.evaluation.tasks import prepare_tasks
     from xfmr.runs.loading import load_run
 
     run_dir, folder = play_decoders(family)
     prepared = prepare_tasks(load_run(run_dir), TASKS, tasks_dir=None, work_dir=tmp_path)
-    ours, theirs = models = _models(run_dir, folder)
+    ours, theirs = models = paired_models(run_dir, folder, batch_size=8)
     mine, reference = _reports(models, prepared)
 
     gaps, longest = [], 0
