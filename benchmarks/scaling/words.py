@@ -12,7 +12,24 @@ from scaling import BASELINE, MARGIN, SCHEMES, Point
 def conclusions(points: list[Point], fits: dict, budgets: list[int], tests: Family) -> str:
     """What the numbers say, written from them (so a rerun that finds otherwise says so)."""
     return "\n\n".join(["## What it shows", _fitted(fits, budgets), _one_law(fits, points),
-                        *(_gap(points, pos, budgets, tests) for pos in SCHEMES[1:])])  # fmt: skip
+                        *(_gap(points, pos, budgets, tests) for pos in SCHEMES[1:]), NO_MUP])  # fmt: skip
+
+
+# Where the µP row (issue 42) is not: fixed words, since no run of this page's stands behind it.
+NO_MUP = (
+    "**No µP row.** Every loss here is the standard parametrization (SP) at the recipe's one "
+    "learning rate, 1e-3, at every size, so a size's loss may lie some way from what its own "
+    "best learning rate would give, and the law mixes the effect of size with that of a "
+    "learning rate tuned for none of them. A µP row (`model.parametrization=mup`) was not run: "
+    "this ladder grows depth (1 to 4 layers) with width and keeps heads of 16 dimensions, "
+    "adding heads, while µP as xfmr builds it transfers a learning rate across width at a "
+    "fixed depth and a fixed number of heads (`model.mup_base_width` must divide by "
+    "`model.n_heads`), so the row would need a new ladder, a learning-rate sweep at its base "
+    "width and the whole study run again. What was run instead is "
+    "[width-transfer.md](width-transfer.md): learning-rate sweeps at four widths of a 2-layer "
+    "model under SP and under µP, which measures how far the best learning rate moves with "
+    "width under each; this page's fits are unchanged by it."
+)
 
 
 def _fitted(fits: dict, budgets: list[int]) -> str:
