@@ -187,8 +187,8 @@ class ModelConfig:
     vocab_multiple: int = key(
         1,
         "the embedding and LM head get vocab_size rounded up to a multiple of this many rows, "
-        "for GPU-friendly matmul shapes (nanoGPT: 50257 -> 50304 with 64; Megatron-LM's "
-        "--make-vocab-size-divisible-by); the extra ids are never generated",
+        "for GPU-friendly matmul shapes (nanoGPT pads 50257 to 50304 with 64, as Megatron-LM's "
+        "make-vocab-size-divisible-by does); the extra ids are never generated",
         exports=True,
     )
     tie_embeddings: bool = key(
