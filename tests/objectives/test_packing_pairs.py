@@ -1,5 +1,5 @@
-"""data.packing for mlm_nsp: sentence pairs share rows, and each pair gets the masks, the MLM
-and NSP logits, the losses, the counts and the scores it gets unpacked."""
+"""data.packing for mlm_nsp and nsp: sentence pairs share rows, and each pair gets the masks,
+the MLM and NSP logits, the losses, the counts and the scores it gets unpacked."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from xfmr.nn.config import ModelConfig
 from xfmr.objectives.common import IGNORE_INDEX
-from xfmr.objectives.nsp import MaskedLMNextSentenceObjective
+from xfmr.objectives.nsp import MaskedLMNextSentenceObjective, NextSentenceObjective
 from xfmr.objectives.packing import PackedCollate, padding_share
 
 LENGTHS = (9, 2, 5, 3, 7, 1, 4)
@@ -51,6 +51,30 @@ def _both(pos: str):
     with torch.no_grad():
         outputs = [objective.forward(model, b) for b in (batch, packed)]
     return objective, batch, packed, *outputs
+
+
+@pytest.mark.parametrize("pos", ["learned", "rotary", "alibi"])
+def test_packed_pairs_for_nsp_alone_equal_unpacked(pos):
+    """objective=nsp (EncoderNextSentence, no MLM head): each pair's logits from its own [CLS],
+    its loss and the count the step divides by, as unpacked; its accuracy too."""
+    objective = NextSentenceObjective(max_length=16)
+    objective.pad_id, objective.cls_id, objective.sep_id = 0, 1, 2
+    torch.manual_seed(0)
+    config = ModelConfig(arch="encoder", pos={"name": pos}, vocab_size=30, n_layers=2,
+                         n_heads=4, d_model=32, type_vocab_size=2)  # fmt: skip
+    model = objective.build_model(config).eval()
+    batch, packed = objective.collate(_pairs()), PackedCollate(objective)(_pairs())
+    assert packed["input_ids"].size(0) < batch["input_ids"].size(0)
+    with torch.no_grad():
+        (loss, logits), (packed_loss, packed_logits) = (
+            objective.forward(model, b) for b in (batch, packed)
+        )
+    assert packed_logits.shape == logits.shape == (len(LENGTHS), 2)
+    assert (packed_logits - logits).abs().max() < 1e-5
+    assert torch.allclose(packed_loss["pairs"], loss["pairs"], rtol=1e-6, atol=1e-5)
+    counts = [{k: int(v) for k, v in objective.counts(b).items()} for b in (batch, packed)]
+    assert counts[0] == counts[1] == {"pairs": len(LENGTHS)}
+    assert _scores(objective, packed_logits, packed) == _scores(objective, logits, batch)
 
 
 def _scores(objective, logits, batch: dict) -> dict[str, float]:

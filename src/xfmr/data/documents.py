@@ -159,9 +159,8 @@ class DocumentsDataModule(ExamplesDataModule):
         cache: encode the sentences once per tokenizer into `cache_dir` and memory-map them
             (xfmr.text.token_cache); false encodes them in memory in every run.
         cache_dir: where token caches go (conf: `${paths.cache_dir}/tokens`).
-        packing: several pairs share each row (`xfmr.objectives.packing`), for an objective
-            that packs them: mlm_nsp does; nsp alone does not yet, and the config check
-            refuses it.
+        packing: several pairs share each row (`xfmr.objectives.packing`), each attending
+            within itself: objective=mlm_nsp and nsp.
     """
 
     gives = "documents"  # the kind of examples, xfmr.kinds

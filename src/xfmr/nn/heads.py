@@ -218,9 +218,20 @@ class EncoderNextSentence(ParameterCount, nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        document_ids: torch.Tensor | None = None,
+        n_documents: int | None = None,
     ) -> torch.Tensor:
-        """input_ids (B, T) -> nsp_logits (B, 2)."""
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        """input_ids (B, T) -> nsp_logits (B, 2); in packed rows (document_ids (R, T), each
+        token's pair, -1 for padding) nsp_logits (n_documents, 2), each pair's from its own
+        [CLS], in pair order, as `EncoderPretraining` reads them."""
+        hidden = self.backbone(
+            input_ids, attention_mask, token_type_ids, document_ids=document_ids
+        )  # (B, T, C)
+        if document_ids is not None:
+            if n_documents is None:
+                raise ValueError("packed rows (document_ids) need n_documents, the pairs' count")
+            hidden = pool_documents(hidden, document_ids, n_documents, "first")[:, None]
         return self.nsp(self.pooler(hidden))
 
 

@@ -89,6 +89,7 @@ class NextSentenceObjective(Objective):
     segments = 2
     by_perplexity = False
     loss_terms: tuple[str, ...] = ("pairs",)  # a mean over sentence pairs: one label each
+    packs = True  # sentence pairs share rows (data.packing): see `pack`
     required_special_tokens: tuple[str, ...] = ("[PAD]", "[CLS]", "[SEP]")
 
     def __init__(self, *, max_length: int = 128) -> None:
@@ -124,12 +125,23 @@ class NextSentenceObjective(Objective):
             max_length=self.max_length,
         )
 
+    def pack(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Pairs share rows with their segments; each pair's label stays its own, one per
+        pair."""
+        keys = {"input_ids": self.pad_id, "attention_mask": 0, "token_type_ids": 0}
+        return pack(batch, [("attention_mask", "document_ids", keys)])
+
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        packed = {}
+        if "document_ids" in batch:  # packed rows: one logit row per pair, in pair order
+            packed = dict(document_ids=batch["document_ids"], n_documents=batch["labels"].size(0))
+        logits = model(
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **packed
+        )
         loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
-        return {"pairs": loss}, logits  # logits (B, 2)
+        return {"pairs": loss}, logits  # logits (B, 2), packed: (pairs, 2)
 
 
 class MaskedLMNextSentenceObjective(NextSentenceObjective):
