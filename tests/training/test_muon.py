@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from helpers.config import compose_config
+from helpers.resume import assert_same_weights_and_optimizer_state, went_on_and_resumed
 from xfmr.config.optim import MUON, OptimConfig
 from xfmr.data.order import COUNTS, counted_windows
 from xfmr.errors import UserError
@@ -268,32 +269,10 @@ def test_a_resumed_optimizer_continues_exactly() -> None:
 def test_a_run_resumed_from_its_checkpoint_ends_as_the_run_that_went_on(tmp_path: Path) -> None:
     """The real run, in process: four steps with a checkpoint at step 2, and a run resumed
     from that checkpoint, end with the same weights and optimizer state."""
-    from xfmr.training.run import run_training
-
-    common = [
-        "optim=muon",
-        "size=tiny",
-        "trainer.max_steps=4",
-        "trainer.enable_model_summary=false",
-        "callbacks.text_sample=null",
-        "callbacks.periodic_checkpoint.every_n_train_steps=2",
-    ]
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    reference.mkdir(), resumed.mkdir()
-    assert run_training(compose_config(reference, common))["status"] == "completed"
-    step_2 = reference / "run" / "checkpoints" / "step-0000002.ckpt"
-    assert run_training(compose_config(resumed, [*common, f"ckpt_path={step_2}"]))["step"] == 4
-    ours, theirs = (
-        torch.load(root / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-        for root in (resumed, reference)
-    )
+    ours, theirs, _ = went_on_and_resumed(tmp_path, ["optim=muon", "size=tiny"])
     assert ours["global_step"] == theirs["global_step"] == 4
-    for name, tensor in theirs["state_dict"].items():
-        assert torch.equal(ours["state_dict"][name], tensor), name
     assert theirs["optimizer_states"][0]["param_groups"][0]["muon"]
-    for index, state in theirs["optimizer_states"][0]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(ours["optimizer_states"][0]["state"][index][key], value), index
+    assert_same_weights_and_optimizer_state(ours, theirs)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from helpers.config import compose_config
+from helpers.resume import assert_same_weights_and_optimizer_state, went_on_and_resumed
 from xfmr.errors import UserError
 from xfmr.nn.config import ModelConfig, PosConfig
 from xfmr.nn.models import CausalLM
@@ -89,36 +90,15 @@ def test_optim_muon_with_mup_is_refused_by_the_config_in_one_line(tmp_path: Path
 def test_a_mup_run_records_the_key_and_resumes_exactly(tmp_path: Path) -> None:
     """Four steps with a checkpoint at step 2, and a run resumed from it: the same weights,
     optimizer state and per-group learning rates; config.yaml holds the keys."""
-    from xfmr.training.run import run_training
-
-    common = [
-        *MUP,
-        "trainer.max_steps=4",
-        "trainer.enable_model_summary=false",
-        "callbacks.text_sample=null",
-        "callbacks.periodic_checkpoint.every_n_train_steps=2",
-    ]
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    reference.mkdir(), resumed.mkdir()
-    assert run_training(compose_config(reference, common))["status"] == "completed"
-    step_2 = reference / "run" / "checkpoints" / "step-0000002.ckpt"
-    assert run_training(compose_config(resumed, [*common, f"ckpt_path={step_2}"]))["step"] == 4
-    saved = yaml.safe_load((reference / "run" / "config.yaml").read_text())["model"]
+    ours, theirs, run_dir = went_on_and_resumed(tmp_path, list(MUP))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]
     assert (saved["parametrization"], saved["mup_base_width"]) == ("mup", 32)
-    ours, theirs = (
-        torch.load(root / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-        for root in (resumed, reference)
-    )
-    for name, tensor in theirs["state_dict"].items():
-        assert torch.equal(ours["state_dict"][name], tensor), name
+    assert_same_weights_and_optimizer_state(ours, theirs)
     groups = [(g["lr"], g["initial_lr"]) for g in theirs["optimizer_states"][0]["param_groups"]]
     assert groups == [
         (g["lr"], g["initial_lr"]) for g in ours["optimizer_states"][0]["param_groups"]
     ]
     assert len({initial for _, initial in groups}) > 1  # the hidden matrices' lr is its own
-    for index, state in theirs["optimizer_states"][0]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(ours["optimizer_states"][0]["state"][index][key], value), index
 
 
 def test_the_coordinate_check_is_flat_under_mup_and_grows_under_sp() -> None:
