@@ -142,9 +142,9 @@ def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extr
         ran = yaml.safe_load((run_dir / "config.yaml").read_text())["compile"]
         chosen = "false" if ran is False else "true" if ran == "default" else str(ran)
     row = Row(table, XFMR, chosen, results["precision"], results["ms_per_step"])
-    said = AUTO_LINE.search(finished.output) if mode == "auto" else None
-    row.note = said[1].strip() if said else None
-    row.note = compile_fallback(finished.output) or row.note if chosen != "false" else row.note
+    said = AUTO_LINE.search(finished.output)  # auto's choice, said on a GPU only
+    fallback = compile_fallback(finished.output) if chosen != "false" else None
+    row.note = fallback or (said[1].strip() if said else None)
     first = FIRST_STEP.search(finished.output)
     row.first_step_s = float(first[1]) if first else None
     return row, run_dir
