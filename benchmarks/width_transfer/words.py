@@ -379,8 +379,10 @@ def _slower(gain: dict[str, float]) -> str:
     if gain["mup"] >= gain["sp"]:
         return ""
     return (
-        ": at this horizon µP's wider models, their hidden matrices stepped at lr / m and their "
-        "logits scaled by 1/m, have learned less from their width than SP's"
+        ": on these means µP's wider models gained less from their width at this horizon than "
+        "SP's (a difference of best means, each best chosen on these seeds, with no test of its "
+        "own; a smaller step on the hidden matrices, lr / m, is one possible cause, not tested "
+        "here)"
     )
 
 
