@@ -5,6 +5,7 @@ as it shows any metric. Tasks come from a tasks_dir the test writes; nothing is 
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import sys
@@ -21,6 +22,11 @@ def _eval_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     from xfmr.cli import eval as eval_cli
 
     monkeypatch.setattr(sys, "argv", ["xfmr-eval", *args])
+    # An earlier test's leftovers collected mid-command (a notebook test's kernel client logs
+    # from its finalizer into a capture since closed) would print into this one's stderr:
+    # collect them first, and drop what they print.
+    gc.collect()
+    capsys.readouterr()
     code = 0
     try:
         eval_cli.main()
