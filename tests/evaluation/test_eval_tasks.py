@@ -18,15 +18,18 @@ TASK = "xfmr_tiny_choice"  # conftest's choice_task
 CHANCE = 1 / 3
 
 
+def _collected(capsys) -> None:
+    """An earlier test's leftovers, collected mid-command (a notebook test's kernel client logs
+    from its finalizer into a capture since closed), would print into a one-line test's stderr:
+    collect them first, and drop what they print."""
+    gc.collect()
+    capsys.readouterr()
+
+
 def _eval_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     from xfmr.cli import eval as eval_cli
 
     monkeypatch.setattr(sys, "argv", ["xfmr-eval", *args])
-    # An earlier test's leftovers collected mid-command (a notebook test's kernel client logs
-    # from its finalizer into a capture since closed) would print into this one's stderr:
-    # collect them first, and drop what they print.
-    gc.collect()
-    capsys.readouterr()
     code = 0
     try:
         eval_cli.main()
@@ -109,6 +112,7 @@ def test_python_evaluate_and_compare_show_the_scores(run_copy, choice_task) -> N
 
 def test_missing_extra_says_which_to_install(monkeypatch, capsys, decoders) -> None:
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # as if lm-eval were not installed
+    _collected(capsys)
     code, out, err = _eval_cli(monkeypatch, capsys, f"run_dir={decoders('gpt2')[0]}", "tasks=a")
     assert code != 0 and out == ""
     assert len(err.strip().splitlines()) == 1
@@ -123,6 +127,7 @@ def test_bad_settings_fail_in_one_line_before_loading(
     monkeypatch, capsys, decoders, argument: str, named: str
 ) -> None:
     args = [f"run_dir={decoders('gpt2')[0]}", "tasks=a", argument]
+    _collected(capsys)
     started = time.perf_counter()
     code, _, err = _eval_cli(monkeypatch, capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and named in err
