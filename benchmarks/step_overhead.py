@@ -21,13 +21,18 @@ on a shared machine reaches every row alike; each figure is the row's median ove
    (`loss.item()`) every 10th step only, as train.py reads it at its log_interval.
 2. plain loop, xfmr's model: the same loop around xfmr's model (`ModelConfig`, built by the clm
    objective) and the loss of the objective's `forward`, as xfmr's training step computes it.
-   Rows 1 and 2 differ in the model only, rows 2 and 3 in the loop only.
-3. xfmr-train, bare: `experiment=nanogpt_shakespeare_char` at the shape with every optional part
+   Rows 1 and 2 differ in the model only; rows 1 and 3 in the loop only.
+3. Lightning's loop alone: a LightningModule around nanoGPT's model under a Trainer with
+   everything optional off, the same batches, optimizer, schedule and clipping: under
+   Lightning's automatic optimization, and again under manual optimization, which is how
+   xfmr's training step runs (its `manual_backward`, its optimizer wrapper's `step`). What
+   Lightning's own loop costs at this shape, before anything of xfmr's.
+4. xfmr-train, bare: `experiment=nanogpt_shakespeare_char` at the shape with every optional part
    off: every entry of xfmr's conf/callbacks/default.yaml null (read from the installed config
    tree), no logger, no checkpoint callback or progress bar of Lightning's own, no model
    summary. What xfmr always adds (its run summary, the signal handling, the non-finite guard)
    stays.
-4. the parts added back cumulatively, one per row: csv logging, the checkpoint callbacks (best
+5. the parts added back cumulatively, one per row: csv logging, the checkpoint callbacks (best
    and periodic: the periodic one saves nothing by default but runs its checks every step), the
    lr monitor, and last the progress bar with the rest of the defaults (the model summary and
    any other entry of that file, which act before training): the default config for callbacks
@@ -99,6 +104,7 @@ PLAIN_ROWS = {
     "nanogpt": "plain loop, nanoGPT's model",
     "xfmr": "plain loop, xfmr's model",
     "lightning": "Lightning's loop alone, nanoGPT's model",
+    "lightning_manual": "Lightning's loop alone, manual optimization",
 }
 BARE_ROW = "xfmr-train, bare"
 DEFAULT_ROW = "xfmr-train, default callbacks and logging (+ progress bar)"

@@ -38,8 +38,8 @@ def plain_loop(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    if args.plain == "lightning":
-        return lightning_alone(args)
+    if args.plain in ("lightning", "lightning_manual"):
+        return lightning_alone(args, manual=args.plain == "lightning_manual")
     loop = PlainLoop(args.plain, args.nanogpt, args.data, steps=args.steps)
     # xfmr's model is paired with nanoGPT's as xfmr-train is: the two models side by side.
     beside = (
@@ -57,11 +57,15 @@ def plain_loop(args: argparse.Namespace) -> None:
     args.record.write_text(json.dumps(record))
 
 
-def lightning_alone(args: argparse.Namespace) -> None:
+def lightning_alone(args: argparse.Namespace, *, manual: bool = False) -> None:
     """Lightning's Trainer around nanoGPT's model with nothing of xfmr's and everything
     optional off (no logger, callbacks, checkpointing, progress bar or summary): the same
     batches, optimizer, schedule and clipping as the plain loop, stepped beside it as the
-    xfmr-train rows are. What Lightning's own loop costs at this shape."""
+    xfmr-train rows are. What Lightning's own loop costs at this shape.
+
+    `manual`: under manual optimization, as xfmr's training step runs (Lightning's
+    `manual_backward`, its optimizer wrapper's `step`, clipping and the schedule in the step);
+    else Lightning's automatic optimization (its closure, clipping and schedule)."""
     import lightning as L
     import torch
 
@@ -79,9 +83,19 @@ def lightning_alone(args: argparse.Namespace) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.model = loop.model
+            self.automatic_optimization = not manual
 
         def training_step(self, batch, batch_idx):
-            return loop.loss_of(*batch)
+            loss = loop.loss_of(*batch)
+            if not manual:
+                return loss
+            optimizer = self.optimizers()
+            self.manual_backward(loss)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            self.lr_schedulers().step()
+            return None
 
         def configure_optimizers(self):
             optimizer = adamw(self.model)
@@ -95,7 +109,8 @@ def lightning_alone(args: argparse.Namespace) -> None:
     timer = StepTimes(str(args.record), nanogpt=str(args.nanogpt), data=str(args.data))
     trainer = L.Trainer(accelerator="cpu", max_steps=args.steps, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, gradient_clip_val=GRAD_CLIP,
+                        enable_model_summary=False,
+                        gradient_clip_val=None if manual else GRAD_CLIP,
                         limit_val_batches=0, callbacks=[timer])  # fmt: skip
     trainer.fit(Module(), torch.utils.data.DataLoader(Batches(), batch_size=None))
 
