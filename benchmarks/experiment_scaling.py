@@ -53,7 +53,7 @@ def main() -> None:
     args = arguments("scaling", __doc__, steps=200, seeds=3)
     sizes = QUICK_SIZES if args.quick else SIZES
     block = 16 if args.quick else 64
-    budgets = [args.steps * factor for factor in (QUICK_BUDGETS if args.quick else BUDGETS)]
+    budgets = [round(args.steps * f) for f in (QUICK_BUDGETS if args.quick else BUDGETS)]
     print(f"scaling: {len(SCHEMES)} schemes x {len(sizes)} sizes x {len(budgets)} budgets x "
           f"{args.seeds} seeds")  # fmt: skip
     # Seed by seed, setting by setting, the schemes side by side: a machine busier at one time

@@ -18,7 +18,7 @@ from helpers.experiment_scripts import is_png, run_quick, tables
 
 SCHEMES = ("learned", "rotary", "alibi")
 SIZES = ((8, 1), (16, 1), (16, 2), (24, 2))  # quick mode's
-BUDGETS = (20, 40)  # quick mode's steps
+BUDGETS = (20, 30)  # quick mode's steps
 SEEDS = (1, 2)
 TRAINED_LINE = re.compile(r"^  \S+-seed\d: completed, ", re.MULTILINE)
 SPAN = r"([-+]?[\d.]+) \[([-+]?[\d.]+), ([-+]?[\d.]+)\]"  # mean [low, high]
@@ -63,7 +63,7 @@ def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
         own = [r for pos in SCHEMES for steps in BUDGETS for r in of[(pos, (d, n), steps)]]
         assert row[:3] == [str(d), str(n), str(d // 8)]
         assert row[3] == " / ".join(
-            str(of[(pos, (d, n), 20)][0]["n_parameters"]) for pos in SCHEMES
+            str(of[(pos, (d, n), BUDGETS[0])][0]["n_parameters"]) for pos in SCHEMES
         )
         assert len({r["flops_per_token"] for r in own}) == 1  # positions cost no FLOPs
         assert float(row[4]) == pytest.approx(own[0]["flops_per_token"], rel=5e-3)
@@ -102,7 +102,7 @@ def test_the_scaling_page_is_written_from_its_runs(tmp_path: Path) -> None:
     # A law's exponent is given exactly where its lack-of-fit test does not reject it.
     laws, exponents = tables(page, "pos")
     assert [(row[0], row[1]) for row in laws] == [
-        (pos, steps) for pos in SCHEMES for steps in ("20", "40", "both")]  # fmt: skip
+        (pos, steps) for pos in SCHEMES for steps in (*map(str, BUDGETS), "both")]  # fmt: skip
     for row in laws:
         assert row[2] == ("8" if row[1] == "both" else "4")
         found = re.search(r"p = ([\d.e+-]+)$", row[6])
