@@ -38,6 +38,10 @@ on a shared machine reaches every row alike; each figure is the row's median ove
    any other entry of that file, which act before training): the default config for callbacks
    and logging. Below the table, each row's callbacks as Lightning ran them.
 
+A third table splits each Lightning row's step where Lightning's hooks fall (between one
+step's end and the next batch's start, around the module's training step, inside it), beside
+the plain loop's whole step: where the loop's own cost lies.
+
 Every xfmr-train row: the shape, `trainer.max_steps` = --steps, one validation of one batch after
 the last step (`trainer.val_check_interval` = --steps; outside the timing), no sanity check,
 `throughput.peak_tflops=1` (no peak measured), no closing text sample, and the warm-up of the

@@ -27,7 +27,12 @@ class StepTimes(L.Callback):
     With `nanogpt` and `data`, each step is followed by one step of the plain loop over
     nanoGPT's model (`PairedPlainLoop`), in this process and timed apart: its time is
     taken out of xfmr's interval and recorded, so the two are measured at the same
-    moments on the same core."""
+    moments on the same core.
+
+    Each step's interval is also split where Lightning's hooks fall: from the last step's end
+    to `on_train_batch_start` (the loop's bookkeeping, the fetcher, the DataLoader and
+    collate), the module's `training_step` itself (timed around the call), and the rest
+    (the strategy's call and the hooks around the step)."""
 
     def __init__(
         self,
@@ -43,11 +48,26 @@ class StepTimes(L.Callback):
         self.paired_total = 0.0
         self.plain = (nanogpt, data) if nanogpt and data and not profile else None
         self.profiler: cProfile.Profile | None = None
+        self.starts: list[float] = []  # on the same clock as `times`
+        self.in_step: list[float] = []  # seconds inside the module's training_step
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.plain is not None:
             self.plain = PairedPlainLoop(Path(self.plain[0]), Path(self.plain[1]),
                                          steps=trainer.max_steps)  # fmt: skip
+        step = pl_module.training_step  # timed on the instance: Lightning calls it there
+
+        def timed_step(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self.in_step.append(time.perf_counter() - started)
+
+        pl_module.training_step = timed_step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.starts.append(time.perf_counter() - self.paired_total)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # A clock that stops while the paired plain steps run: its intervals are xfmr's.
@@ -66,6 +86,8 @@ class StepTimes(L.Callback):
         record = {
             "times": self.times,
             "paired": self.paired,
+            "starts": self.starts,
+            "in_step": self.in_step,
             "threads": torch.get_num_threads(),
             "callbacks": [type(c).__name__ for c in trainer.callbacks],
             "data_workers": getattr(trainer.train_dataloader, "num_workers", None),

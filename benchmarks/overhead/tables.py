@@ -60,6 +60,7 @@ def print_table(measured: dict[str, list[dict[str, Any]]], warmup: int) -> None:
               f"{per_round} |")  # fmt: skip
         previous = mean
     print_paired(measured, warmup)
+    print_split(measured, warmup)
     print("\nThe callbacks of each xfmr-train row (Lightning's order):")
     for name, runs in measured.items():
         if "callbacks" in runs[-1]:
@@ -97,3 +98,37 @@ def paired_ms(record: dict[str, Any], warmup: int) -> tuple[float, float]:
     mean, _ = step_ms(record["times"], warmup)
     plain = record["paired"][warmup - 1 : -1]
     return mean, 1000 * statistics.fmean(plain)
+
+
+def print_split(measured: dict[str, list[dict[str, Any]]], warmup: int) -> None:
+    """Each Lightning row's step cut where Lightning's hooks fall, beside the plain loop's step
+    (each a mean over the timed steps, the median over rounds): what the loop costs between
+    steps, around the module's training step, and inside it."""
+    rows = {name: runs for name, runs in measured.items() if runs[0].get("starts")}
+    if not rows:
+        return
+    print("\nEach Lightning row's step, split (µs/step): from the last step's end to "
+          "`on_train_batch_start` (loop bookkeeping, fetcher, DataLoader, collate); around "
+          "the module's `training_step` (the strategy's call, hooks); inside it; and the plain "
+          "loop's whole step beside it. Under Lightning's automatic optimization the "
+          "training step is the forward alone, the backward and update run around it:\n")  # fmt: skip
+    print("| row | between steps | around the step | in the step | plain step | in the step "
+          "- plain step |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, runs in rows.items():
+        parts = [split_us(run, warmup) for run in runs]
+        between, around, inside, plain = (statistics.median(p[i] for p in parts) for i in range(4))
+        print(f"| {name} | {between:.0f} | {around:.0f} | {inside:.0f} | {plain:.0f} | "
+              f"{inside - plain:+.0f} |")  # fmt: skip
+
+
+def split_us(record: dict[str, Any], warmup: int) -> tuple[float, float, float, float]:
+    """(between steps, around the training step, in it, the plain step) in µs, means over the
+    steps after `warmup`; step i + 1 starts at starts[i] and ends at times[i]."""
+    ends, starts, inside = record["times"], record["starts"], record["in_step"]
+    timed = range(warmup, len(ends))
+    between = [starts[i] - ends[i - 1] for i in timed]
+    around = [ends[i] - starts[i] - inside[i] for i in timed]
+    plain = record["paired"][warmup:] or [0.0]
+    mean = statistics.fmean
+    return tuple(1e6 * mean(x) for x in (between, around, [inside[i] for i in timed], plain))

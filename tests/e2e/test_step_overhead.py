@@ -65,6 +65,13 @@ def test_the_step_overhead_benchmark_prints_every_row_against_the_plain_loop(
     for _, ours, plain, ratio, per_round in paired:
         assert abs(float(ours) / float(plain) - float(ratio)) < 0.01 and per_round == ratio, out
     assert re.search(r"^Goal: the default row at 1\.10x .*: \d\.\d\dx, (met|not met)\.$", out, re.M)
+    # Each Lightning row's step split where the hooks fall: the parts add up to its mean.
+    split = re.findall(r"^\| (.+?) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| ([+-]\d+) \|$", out, re.M)
+    assert [row[0] for row in split] == ROWS[1:], out
+    means = {row[0]: float(row[1]) for row in table}
+    for name, between, around, inside, plain, beyond in split:
+        assert abs(int(between) + int(around) + int(inside) - 1000 * means[name]) <= 10, out
+        assert abs(int(inside) - int(plain) - int(beyond)) <= 1, out
     callbacks = re.search(
         r"^- xfmr-train, default callbacks and logging \(\+ progress bar\): (.+)$", out, re.M
     )
