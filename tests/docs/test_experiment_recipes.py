@@ -74,6 +74,15 @@ def _run(tmp_path: Path) -> subprocess.CompletedProcess:
     return result
 
 
+def _rounds_to(shown: str, value: float) -> bool:
+    """Whether the number shown as `shown` (its last digit rounded) could be `value` exactly or
+    lie on either side of it."""
+    decimals = len(shown.split(".")[1]) if "." in shown and "e" not in shown else None
+    if decimals is None:
+        return float(shown) == value
+    return abs(float(shown) - value) <= 0.5 * 10**-decimals
+
+
 @pytest.mark.slow
 def test_the_recipes_page_is_written_from_its_runs(tmp_path: Path, script: ModuleType) -> None:
     result = _run(tmp_path)
@@ -96,7 +105,8 @@ def test_the_recipes_page_is_written_from_its_runs(tmp_path: Path, script: Modul
                 assert {delta, test, p, p_equivalent, verdict} == {"-"}
             else:
                 assert test == "paired (n=2)", (name, test)
-                assert verdict.startswith("different") == (float(p) < 0.05), (name, p, verdict)
+                if not _rounds_to(p, 0.05):  # a p shown as 0.05 may be either side of it
+                    assert verdict.startswith("different") == (float(p) < 0.05), (name, p)
     # At equal steps every run's final loss; at equal time, each read off its own history.
     seconds = dict(re.findall(r"(\w+) S = ([\d.]+) s", page))
     for name, data, _, loss, *_ in tokens:
