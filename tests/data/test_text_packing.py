@@ -100,6 +100,22 @@ def _ends(batch) -> int:
     return int((batch["labels"][:, -1] == -100).sum())
 
 
+@pytest.mark.parametrize("val_batches", [None, 2])
+def test_validation_coverage_counts_the_tokens_packed_windows_predict(tmp_path, val_batches):
+    """val_coverage's `tokens` are the targets the validation loader's packed windows count: a
+    document's last token predicts nothing, so fewer than windows x block_size."""
+    joined, _ = _corpus(tmp_path, copies=6)  # 10 windows of the split, 4 within 2 batches
+    options = dict(block_size=64, batch_size=2, val_fraction=0.5, val_batches=val_batches)
+    data = _data(joined, document_separator=SEPARATOR, packing=True, **options)
+    data.attach(_tokenizer(joined.read_text()), CausalLMObjective().collate)
+    batches = list(data.val_dataloader())
+    counted = [int((batch["labels"] != -100).sum()) for batch in batches]
+    coverage = data.val_coverage()
+    assert coverage["windows"] == sum(len(batch["labels"]) for batch in batches)
+    assert coverage["tokens"] == sum(counted) < coverage["windows"] * 64
+    assert data.val_coverage(batches=1)["tokens"] == counted[0]
+
+
 def test_the_cache_equals_the_in_memory_path_and_is_keyed_by_the_documents(tmp_path):
     joined, folder = _corpus(tmp_path)
     tokenizer = _tokenizer(joined.read_text())

@@ -286,12 +286,21 @@ class TextCorpusDataModule(L.LightningDataModule):
     def val_coverage(self, batches: int | None = None) -> dict[str, int]:
         """How much of the validation split one validation reads: `windows` of the split's
         `of` (every `block_size` tokens), and the `tokens` they predict; `batches` caps it at
-        what a loop reading only that many batches sees (trainer.limit_val_batches)."""
+        what a loop reading only that many batches sees (trainer.limit_val_batches). Packed
+        windows predict nothing from a document's last token (`CausalLMObjective.collate`)."""
         total = len(self._val_windows())
-        read = total if self.val_batches is None else min(total, self.val_batches * self.batch_size)
-        if batches is not None:
-            read = min(read, batches * self.batch_size)
-        return {"windows": read, "of": total, "tokens": read * self.block_size}
+        chosen = (
+            total if self.val_batches is None else min(total, self.val_batches * self.batch_size)
+        )
+        read = chosen if batches is None else min(chosen, batches * self.batch_size)
+        tokens = read * self.block_size
+        if self.packing and read:
+            # The loader's windows (`val_dataloader`), the first `read` of them.
+            firsts = np.arange(read) * total // chosen * self.block_size
+            starts = self.starts["val"]
+            ends = np.searchsorted(starts, firsts + self.block_size, side="right")
+            tokens -= int((ends - np.searchsorted(starts, firsts, side="right")).sum())
+        return {"windows": read, "of": total, "tokens": tokens}
 
     def _val_windows(self) -> BlockDataset:
         return BlockDataset(
