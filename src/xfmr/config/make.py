@@ -100,6 +100,7 @@ def resolve(config: RunConfig) -> RunConfig:
     config.optim.check_applies(
         config.model.arch, sharded=trainer.sharded, parametrization=config.model.parametrization
     )
+    config.objective.check_loss_chunk(config.model.arch, sharded=trainer.sharded)
     resolved: dict[str, Any] = {}
     if trainer.precision != config.trainer.precision:
         resolved["trainer.precision"] = config.trainer.precision

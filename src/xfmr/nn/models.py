@@ -53,16 +53,21 @@ class CausalLM(ParameterCount, nn.Module):
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
         document_ids: torch.Tensor | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
         """input_ids: (B, T) -> logits (B, T, V).
 
         positions: (B, T) per-row positions (left-padded prompts); cache: keys and values of
         the earlier tokens, extended by these (then `attention_mask` is (B, past + T));
         document_ids: (B, T) the example of each token in packed rows (`TransformerStack`).
+        head: False returns the last hidden states (B, T, C) instead, for a loss that applies
+        `lm_head` and the soft-cap itself (`xfmr.objectives.chunked_loss`).
         """
         hidden = self.backbone(
             input_ids, attention_mask, positions=positions, cache=cache, document_ids=document_ids
         )
+        if not head:
+            return hidden
         return softcap(self.lm_head(hidden), self.config.logit_softcap)
 
 

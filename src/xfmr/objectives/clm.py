@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
+from xfmr.objectives.chunked_loss import chunked_head_loss
+from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.objectives.packing import packed_text, text_blocks
 
@@ -16,6 +17,9 @@ class CausalLMObjective(Objective):
     Args:
         pad_id: token id that never counts in the loss (None when blocks are never padded).
         z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
+        loss_chunk: in training, the head and the loss `loss_chunk` tokens at a time, never
+            holding the logits of the whole batch (`xfmr.objectives.chunked_loss`); the
+            training step then has no logits to return. None: the logits whole.
     """
 
     name = "clm"
@@ -24,9 +28,14 @@ class CausalLMObjective(Objective):
     reads = "text"
     packs = True  # blocks of documents (data.packing): see `collate`
 
-    def __init__(self, *, pad_id: int | None = None, z_loss: float = 0.0) -> None:
+    def __init__(
+        self, *, pad_id: int | None = None, z_loss: float = 0.0, loss_chunk: int | None = None
+    ) -> None:
         self.pad_id = pad_id
         self.z_loss = checked_z_loss(z_loss)
+        if loss_chunk is not None and (isinstance(loss_chunk, bool) or loss_chunk < 1):
+            raise ValueError(f"objective.loss_chunk={loss_chunk} must be a positive integer")
+        self.loss_chunk = loss_chunk
 
     def bind(self, tokenizer) -> None:
         """Nothing to take from the tokenizer: blocks of text are never padded."""
@@ -51,10 +60,28 @@ class CausalLMObjective(Objective):
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Returns (the loss summed over counted tokens, logits (B, T, V))."""
+        """Returns (the loss summed over counted tokens, logits (B, T, V)); with `loss_chunk`,
+        where gradients are being recorded, (the loss, None)."""
         packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
-        logits = model(batch["input_ids"], batch.get("attention_mask"), **packed)
+        inputs = (batch["input_ids"], batch.get("attention_mask"))
+        if self.loss_chunk is not None and torch.is_grad_enabled():
+            return self._chunked_terms(model, model(*inputs, head=False, **packed), batch), None
+        logits = model(*inputs, **packed)
         return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
+
+    def _chunked_terms(
+        self, model: nn.Module, hidden: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """`token_terms`, from the hidden states through the model's head a chunk at a time."""
+        ce, z = chunked_head_loss(
+            hidden,
+            model.lm_head,
+            batch["labels"],
+            chunk=self.loss_chunk,
+            softcap=model.config.logit_softcap,
+            z_loss=bool(self.z_loss),
+        )
+        return {"tokens": ce} if z is None else {"tokens": ce, Z_LOSS: self.z_loss * z}
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A prompt is continued. Blocks of running text carry no </s>: only

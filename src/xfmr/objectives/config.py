@@ -37,6 +37,8 @@ NUMBERS: NumberTable = {
     "max_answer_length": ((STEPS,), None),
     # PaLM's z-loss weight (Chowdhery et al. 2022, sec. 5; `xfmr.objectives.common.z_loss_sum`).
     "z_loss": ((Number(low=0),), None),
+    # Tokens a chunk of the head and loss (`xfmr.objectives.chunked_loss`); null: whole.
+    "loss_chunk": ((STEPS,), "the logits of the whole batch at once"),
 }
 # The key of the z-loss's weight, taken by the objectives with vocabulary logits.
 Z_LOSS_KEY = "z_loss"
@@ -112,6 +114,24 @@ class ObjectiveConfig(TargetSection):
                 f"objective={facts.name} puts sentences A and B in segments 0 and 1: it needs "
                 f"model.type_vocab_size >= {facts.segments}, not {model.type_vocab_size} "
                 f"(arch=encoder sets 2)"
+            )
+
+    def check_loss_chunk(self, arch: str, *, sharded: bool) -> None:
+        """objective.loss_chunk runs a decoder's own head (`CausalLM.lm_head`) in chunks, on a
+        model whose head is whole on each process."""
+        chunk = self.get("loss_chunk")
+        if chunk is None:
+            return
+        if arch != "decoder":
+            raise UserError(
+                f"objective.loss_chunk={chunk} runs the output head of arch=decoder in chunks; "
+                f"arch={arch} keeps its own head: set objective.loss_chunk=null"
+            )
+        if sharded:
+            raise UserError(
+                f"objective.loss_chunk={chunk} with trainer=fsdp: the chunked head reads the "
+                "head's weight whole, and the sharded strategy gives each process a slice; use "
+                "trainer in [default, cpu, ddp], or objective.loss_chunk=null with trainer=fsdp"
             )
 
     def check_tokenizer(self, kind: str, word_marking: tuple[str, ...]) -> None:
