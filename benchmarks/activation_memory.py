@@ -1,7 +1,9 @@
-"""What model.activation_checkpointing saves: the memory a training step keeps for backward, with
-each block's activations kept (off) and recomputed in backward (on), at size=base.
+"""What model.activation_checkpointing and objective.loss_chunk save: the memory a training step
+keeps for backward, with each block's activations kept (off) and recomputed in backward (on),
+and with the output head's logits made whole (null) or a chunk of tokens at a time, at
+size=base.
 
-    python benchmarks/activation_memory.py [--device cuda] [--quick]
+    python benchmarks/activation_memory.py [--device cuda] [--quick] [--loss-chunk N]
 
 The model: a decoder (arch=decoder, the clm objective) of conf/size/base.yaml's shape (or
 size=tiny's with --quick), dropout off, on one batch of random tokens (--batch x --block, vocab
@@ -13,8 +15,9 @@ size=tiny's with --quick), dropout off, on one batch of random tokens (--batch x
 - peak MiB (CUDA only): `torch.cuda.max_memory_allocated` over the step, less what was allocated
   before it (parameters, the batch);
 - ms: the step's time (CUDA: synchronized; the recomputation is the extra);
-- loss: the step's loss (mean over its tokens), to show both settings compute the same thing (checkpointing changes
-  how, not what).
+- loss: the step's loss (mean over its tokens), to show every setting computes the same thing
+  (checkpointing and chunks change how, not what: the chunked loss adds its tokens' terms in
+  another order, so it agrees to float32's rounding, not bit for bit).
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=None, help="default: 8 (--quick: 4)")
     parser.add_argument("--block", type=int, default=None, help="default: 512 (--quick: 64)")
     parser.add_argument("--vocab", type=int, default=None, help="default: 32000 (--quick: 256)")
+    parser.add_argument(
+        "--loss-chunk", type=int, default=None, help="objective.loss_chunk: 1024 (--quick: 64)"
+    )
     args = parser.parse_args()
+    args.loss_chunk = args.loss_chunk or (64 if args.quick else 1024)
     args.size = "tiny" if args.quick else "base"
     args.batch = args.batch or (4 if args.quick else 8)
     args.block = args.block or (64 if args.quick else 512)
@@ -53,7 +60,7 @@ def size_shape(size: str) -> dict:
     return yaml.safe_load(Path(config_dir(), "size", f"{size}.yaml").read_text())
 
 
-def step(args: argparse.Namespace, checkpointing: bool) -> dict:
+def step(args: argparse.Namespace, checkpointing: bool, loss_chunk: int | None) -> dict:
     from xfmr.nn.config import ModelConfig
     from xfmr.objectives import CausalLMObjective
     from xfmr.objectives.terms import divided
@@ -65,7 +72,7 @@ def step(args: argparse.Namespace, checkpointing: bool) -> dict:
         activation_checkpointing=checkpointing,
         **{**size_shape(args.size), "arch": "decoder"},
     )
-    objective = CausalLMObjective()
+    objective = CausalLMObjective(loss_chunk=loss_chunk)
     torch.manual_seed(0)
     model = objective.build_model(config).to(device)
     generator = torch.Generator().manual_seed(1)
@@ -104,29 +111,34 @@ def step(args: argparse.Namespace, checkpointing: bool) -> dict:
 
 def main() -> None:
     args = arguments()
-    for on in (False, True):  # warm-up: kernels, the allocator, lazy imports
-        step(args, on)
-    rows = {on: step(args, on) for on in (False, True)}
-    parameters = rows[False]["parameters"]
+    settings = [(on, chunk) for chunk in (None, args.loss_chunk) for on in (False, True)]
+    for setting in settings:  # warm-up: kernels, the allocator, lazy imports
+        step(args, *setting)
+    rows = {setting: step(args, *setting) for setting in settings}
+    parameters = rows[settings[0]]["parameters"]
     print(
         f"size={args.size} (arch=decoder, {parameters / 1e6:.1f}M parameters), batch "
         f"{args.batch} x block {args.block}, vocab {args.vocab}, float32, device {args.device}"
     )
     print()
-    print("| activation_checkpointing | saved MiB | peak MiB | ms | loss |")
-    print("|---|---|---|---|---|")
-    for on, row in rows.items():
+    print("| activation_checkpointing | loss_chunk | saved MiB | peak MiB | ms | loss |")
+    print("|---|---|---|---|---|---|")
+    for (on, chunk), row in rows.items():
         peak = f"{row['peak']:.1f}" if row["peak"] is not None else "-"
         print(
-            f"| {str(on).lower()} | {row['saved']:.1f} | {peak} | {row['ms']:.1f} | "
-            f"{row['loss']:.6f} |"
+            f"| {str(on).lower()} | {chunk or 'null'} | {row['saved']:.1f} | {peak} | "
+            f"{row['ms']:.1f} | {row['loss']:.6f} |"
         )
-    off, on = rows[False], rows[True]
     print()
-    print(f"saved for backward: {on['saved'] / off['saved']:.2f}x with checkpointing")
-    if off["peak"] is not None:
-        print(f"peak memory of the step: {on['peak'] / off['peak']:.2f}x with checkpointing")
-    print(f"same loss: {on['loss'] == off['loss']}")
+    base = rows[(False, None)]
+    for (on, chunk), row in list(rows.items())[1:]:
+        shown = f"activation_checkpointing={str(on).lower()} loss_chunk={chunk or 'null'}"
+        line = f"{shown}: saved for backward {row['saved'] / base['saved']:.2f}x"
+        if base["peak"] is not None:
+            line += f", peak memory of the step {row['peak'] / base['peak']:.2f}x"
+        print(line)
+    losses = [row["loss"] for row in rows.values()]
+    print(f"same loss: {max(losses) - min(losses) <= 1e-5 * abs(losses[0])}")
 
 
 if __name__ == "__main__":
