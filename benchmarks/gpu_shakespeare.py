@@ -18,7 +18,8 @@ against the GPU's datasheet peak, the goals met or not, and a profile of the GPT
    last 10% of the text), float32, nanoGPT's checkpoint through its own model class.
 2. A GPT-2-small-shaped model (12 layers, 12 heads, d 768, block 1024, batch --gpt2-batch, no
    bias, no dropout; vocabulary 65, tiny Shakespeare's characters, not GPT-2's 50257), the same
-   five runs for --gpt2-steps steps, nanoGPT with --bias=False --dropout=0.0; then a few eager
+   five runs for --gpt2-steps steps, nanoGPT with --bias=False --dropout=0.0 (with --loss-chunk
+   N, xfmr's runs again with objective.loss_chunk=N, rows "MODE+loss_chunk=N"); then a few eager
    xfmr steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's
    kernel time goes, by what launched each kernel, and the top operators.
 
@@ -129,11 +130,13 @@ def compile_fallback(output: str) -> str | None:
     return next((line.strip() for line in lines if any(s in line for s in said)), None)
 
 
-def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=()):
-    """One xfmr-train run; its Row (compile=auto's row named by what it chose) and run
-    directory."""
+def run_xfmr(
+    table: str, shape: Shape, setup: Setup, steps: int, mode: str, extra=(), added: str = ""
+):
+    """One xfmr-train run; its Row (compile=auto's row named by what it chose, followed by
+    `added`, a setting the row adds to the mode's, "+KEY=VALUE") and run directory."""
     overrides = [*xfmr_overrides(shape, setup, steps), f"compile={mode}", *extra]
-    run_dir = setup.out / f"xfmr-{table}-compile-{mode}"
+    run_dir = setup.out / f"xfmr-{table}-compile-{mode}{added.replace('=', '-')}"
     finished = xfmr_train(overrides, run_dir, setup.out / "cache")
     (run_dir / "xfmr-train.log").write_text(finished.output)  # what a user of it would read
     results = finished.results
@@ -141,7 +144,7 @@ def run_xfmr(table: str, shape: Shape, setup: Setup, steps: int, mode: str, extr
     if mode == "auto":
         ran = yaml.safe_load((run_dir / "config.yaml").read_text())["compile"]
         chosen = "false" if ran is False else "true" if ran == "default" else str(ran)
-    row = Row(table, XFMR, chosen, results["precision"], results["ms_per_step"])
+    row = Row(table, XFMR, chosen + added, results["precision"], results["ms_per_step"])
     said = AUTO_LINE.search(finished.output)  # auto's choice, said on a GPU only
     fallback = compile_fallback(finished.output) if chosen != "false" else None
     row.note = fallback or (said[1].strip() if said else None)
@@ -233,6 +236,11 @@ def gpt2_rows(args, setup: Setup, report: Report, table: str) -> None:
         if mode in NANOGPT_MODES:
             row, _ = run_nanogpt(table, shape, setup, args.gpt2_steps, mode, no_bias)
             report.add(with_mfu(row, shape, fpt, setup.peak))
+    for mode in compile_modes(args) if args.loss_chunk else ():  # the lever's share, beside
+        chunked = f"objective.loss_chunk={args.loss_chunk}"
+        added = f"+loss_chunk={args.loss_chunk}"
+        row, _ = run_xfmr(table, shape, setup, args.gpt2_steps, mode, [*unsaved, chunked], added)
+        report.add(with_mfu(row, shape, fpt, setup.peak))
 
 
 def gpt2_tables(args) -> list[str]:
@@ -309,6 +317,11 @@ def parse_args() -> argparse.Namespace:
         type=lambda text: text.split(","),
         default=list(COMPILE_MODES),
         help=f"xfmr's compile values to run, comma-separated, of {','.join(CHOSEN_MODES)}",
+    )
+    parser.add_argument(
+        "--loss-chunk",
+        type=int,
+        help="the GPT-2-shaped xfmr runs once more with objective.loss_chunk=N, each mode",
     )
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")

@@ -81,6 +81,7 @@ def printed_by_main(
         "--steps=8",
         "--gpt2-steps=8",
         "--gpt2-vocab=gpt2",  # GPT-2's padded 50,304 rows over the characters
+        "--loss-chunk=32",  # xfmr's GPT-2-shaped run again, its head in chunks
         "--no-compile",
     ])  # fmt: skip
     monkeypatch.setenv("XFMR_CACHE_DIR", str(tmp_path / "cache"))
@@ -111,13 +112,17 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(
         ("xfmr-train", "false", "32-true"),
         ("nanoGPT train.py", "false", "float32"),
     ]  # --no-compile: neither compile=true nor reduce-overhead rows
-    for rows in (shakespeare_rows, gpt2_rows):
-        assert [(r["run"], r["compile"], r["precision"]) for r in rows] == eager_pair, out
-        xfmr, nanogpt = rows
+    chunked = ("xfmr-train", "false+loss_chunk=32", "32-true")
+    for rows, expected in ((shakespeare_rows, eager_pair), (gpt2_rows, [*eager_pair, chunked])):
+        assert [(r["run"], r["compile"], r["precision"]) for r in rows] == expected, out
+        xfmr, nanogpt = rows[:2]
         assert nanogpt["vs_nanogpt"] == 1.0, out
         ratio = xfmr["ms_per_step"] / nanogpt["ms_per_step"]
         assert xfmr["vs_nanogpt"] == pytest.approx(ratio, abs=0.01, rel=0.01), out
         assert all(r["ms_per_step"] > 0 and r["mfu"] > 0 for r in rows), out
+    # The chunked run against nanoGPT's eager one, as the plain eager run is.
+    ratio = gpt2_rows[2]["ms_per_step"] / gpt2_rows[1]["ms_per_step"]
+    assert gpt2_rows[2]["vs_nanogpt"] == pytest.approx(ratio, abs=0.01, rel=0.01), out
     for row in shakespeare_rows:
         # Eight steps from ln(65) = 4.17: both still near it, both scored on the same blocks.
         assert 3.0 < row["val_loss"] < 4.6, out
@@ -132,17 +137,35 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(
 
     written = json.loads(out_json.read_text())
     assert written["peak_flops_source"] == peak[1] and written["precision"] == "32-true"
-    assert [row["table"] for row in written["rows"]] == ["shakespeare"] * 2 + ["gpt2_vocab"] * 2
+    assert [row["table"] for row in written["rows"]] == ["shakespeare"] * 2 + ["gpt2_vocab"] * 3
     for printed, row in zip(shakespeare_rows + gpt2_rows, written["rows"], strict=True):
         assert_same_row(printed, row)
     assert [(g["goal"], g["verdict"], g["detail"]) for g in written["goals"]] == printed_goals
     # One peak for every row: at one table's FLOPs per token, MFU x ms/step is the same.
     for table in ("shakespeare", "gpt2_vocab"):
-        xfmr, nanogpt = (r for r in written["rows"] if r["table"] == table)
-        assert math.isclose(
-            xfmr["mfu"] * xfmr["ms_per_step"], nanogpt["mfu"] * nanogpt["ms_per_step"], rel_tol=1e-9
-        )
+        xfmr, nanogpt, *chunked_rows = (r for r in written["rows"] if r["table"] == table)
+        for row in (nanogpt, *chunked_rows):
+            assert math.isclose(
+                xfmr["mfu"] * xfmr["ms_per_step"], row["mfu"] * row["ms_per_step"], rel_tol=1e-9
+            )
 
     assert "steps profiled:" in out and "| matmul |" in out and "| total |" in out, out
     assert "| operator | where | ms/step | share |" in out, out
     assert not (tmp_path / "out" / "nanoGPT").exists()  # the copy was a temporary one
+
+
+def test_the_mfu_goal_takes_the_best_compiled_row_and_names_what_it_added(monkeypatch) -> None:
+    """The GPT-2 goal's verdict is the best compiled xfmr row's, the plain one or one with a
+    setting added (--loss-chunk), and its detail names the setting that got there."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from gpu.report import MFU_GOAL, XFMR, Row, mfu_goal
+
+    def row(mode: str, mfu: float) -> Row:
+        return Row("gpt2_vocab", XFMR, mode, "bf16-mixed", 25.0, mfu=mfu)
+
+    plain = row("true", MFU_GOAL - 0.03)
+    assert mfu_goal([plain], "gpt2_vocab").verdict == "FAIL"
+    goal = mfu_goal([plain, row("true+loss_chunk=4096", MFU_GOAL + 0.01)], "gpt2_vocab")
+    assert (goal.verdict, goal.detail) == ("pass", "46.0% with loss_chunk=4096")
+    goal = mfu_goal([plain, row("true+loss_chunk=4096", MFU_GOAL - 0.05)], "gpt2_vocab")
+    assert (goal.verdict, goal.detail) == ("FAIL", "42.0%")
