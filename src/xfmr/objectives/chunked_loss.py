@@ -22,7 +22,7 @@ label is not IGNORE_INDEX.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -99,11 +99,13 @@ class _ChunkedHeadLoss(torch.autograd.Function):
         return (*out, None, None, None, None, None)
 
 
-class _ChunkLoss:
+class _ChunkLoss(NamedTuple):
     """One chunk's loss sums and the gradients of each with respect to its logits (float32)."""
 
-    def __init__(self, ce, z, grad_ce, grad_z) -> None:
-        self.ce, self.z, self.grad_ce, self.grad_z = ce, z, grad_ce, grad_z
+    ce: torch.Tensor
+    z: torch.Tensor  # 0 without the z-loss
+    grad_ce: torch.Tensor
+    grad_z: torch.Tensor | None
 
 
 def _chunk_loss(
