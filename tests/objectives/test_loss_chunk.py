@@ -1,7 +1,8 @@
-"""objective.loss_chunk: the causal LM's head and loss a chunk of tokens at a time
-(`xfmr.objectives.chunked_loss`) give the loss and every gradient of the plain path, whatever
-the head does (soft-cap, µP's readout, an untied or padded vocabulary, the z-loss) and however
-the chunks fall; validation keeps its logits; and the settings it cannot serve are refused."""
+"""objective.loss_chunk: a decoder's head and loss a chunk of tokens at a time
+(`xfmr.objectives.chunked_loss`), for clm and seq2seq, give the loss and every gradient of the
+plain path, whatever the head does (soft-cap, µP's readout, T5's logit scale, an untied or
+padded vocabulary, label smoothing, the z-loss) and however the chunks fall; validation keeps
+its logits; and the settings it cannot serve are refused."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from xfmr.nn import ModelConfig
 from xfmr.objectives.chunked_loss import chunked_head_loss
 from xfmr.objectives.clm import CausalLMObjective
 from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.objectives.seq2seq import Seq2SeqObjective
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -66,6 +68,42 @@ def test_chunks_give_the_plain_paths_loss_and_gradients(model_keys, z_loss, chun
         torch.testing.assert_close(got[term], want[term], rtol=1e-6, atol=1e-5)
     assert got_grads.keys() == want_grads.keys()
     for name, grad in want_grads.items():  # float32's rounding, in the sums' other order
+        assert (got_grads[name] - grad).norm() <= 1e-5 * grad.norm() + 1e-9, name
+
+
+@pytest.mark.parametrize(
+    ("model_keys", "smoothing", "z_loss"),
+    [
+        ({}, 0.1, 0.0),  # the paper's label smoothing
+        ({"scale_logits": True, "tie_embeddings": True, "logit_softcap": 5.0}, 0.2, 0.1),
+        ({"vocab_multiple": 64}, 0.0, 0.1),
+    ],
+)
+def test_an_encoder_decoders_chunks_give_its_loss_and_gradients(model_keys, smoothing, z_loss):
+    """seq2seq: the decoder's head through the chunks, with label smoothing (1 - a) onehot + a / V
+    as F.cross_entropy takes it, T5's logit scale, a tied or padded vocabulary and the z-loss."""
+    keys = dict(vocab_size=VOCAB, n_layers=1, n_decoder_layers=2, n_heads=2, d_model=16)
+    config = ModelConfig(arch="encoder_decoder", **{**keys, **model_keys})
+    plain = Seq2SeqObjective(label_smoothing=smoothing, z_loss=z_loss)
+    chunked = Seq2SeqObjective(label_smoothing=smoothing, z_loss=z_loss, loss_chunk=7)
+    torch.manual_seed(0)
+    model = plain.build_model(config)
+    generator = torch.Generator().manual_seed(2)
+    source = torch.randint(VOCAB, (3, 9), generator=generator)
+    target = _batch(3, 8)
+    batch = {
+        "input_ids": source,
+        "attention_mask": torch.ones_like(source),
+        "decoder_input_ids": target["input_ids"],
+        "decoder_attention_mask": (target["labels"] != IGNORE_INDEX).long(),
+        "labels": target["labels"],
+    }
+    want, _, want_grads = _gradients(plain, model, batch)
+    got, logits, got_grads = _gradients(chunked, model, batch)
+    assert logits is None and got.keys() == want.keys()
+    for term in want:
+        torch.testing.assert_close(got[term], want[term], rtol=1e-6, atol=1e-5)
+    for name, grad in want_grads.items():
         assert (got_grads[name] - grad).norm() <= 1e-5 * grad.norm() + 1e-9, name
 
 

@@ -71,6 +71,7 @@ class EncoderDecoder(ParameterCount, nn.Module):
         cache: KVCache | None = None,
         document_ids: torch.Tensor | None = None,
         context_document_ids: torch.Tensor | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
         """Target ids (B, T) and encoder states (B, S, C) -> logits (B, T, V).
 
@@ -79,6 +80,8 @@ class EncoderDecoder(ParameterCount, nn.Module):
             encoder's, projected on the first call.
         document_ids, context_document_ids: the target's (B, T) and the source's (B, S) in
             packed rows: each target attends to its own source only.
+        head: False returns the hidden states the head reads (B, T, C) instead, for a loss
+            that applies `lm_head` and the soft-cap itself (`xfmr.objectives.chunked_loss`).
         """
         hidden = self.decoder(
             decoder_input_ids,
@@ -92,6 +95,8 @@ class EncoderDecoder(ParameterCount, nn.Module):
         )  # (B, T, C)
         if self.logit_scale is not None:
             hidden = hidden * self.logit_scale
+        if not head:
+            return hidden
         return softcap(self.lm_head(hidden), self.config.logit_softcap)
 
     def forward(
@@ -103,9 +108,11 @@ class EncoderDecoder(ParameterCount, nn.Module):
         *,
         document_ids: torch.Tensor | None = None,
         decoder_document_ids: torch.Tensor | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
         """Source (B, S) and target (B, T) ids with their attention masks -> logits (B, T, V);
-        in packed rows, the source's and the target's document ids."""
+        in packed rows, the source's and the target's document ids; head=False: the hidden
+        states the head reads (`decode`)."""
         encoder_states = self.encode(input_ids, attention_mask, document_ids=document_ids)
         return self.decode(
             decoder_input_ids,
@@ -114,4 +121,5 @@ class EncoderDecoder(ParameterCount, nn.Module):
             decoder_attention_mask,
             document_ids=decoder_document_ids,
             context_document_ids=document_ids,
+            head=head,
         )

@@ -1,6 +1,6 @@
 """The output head and the token cross-entropy in one pass over chunks of tokens, without the
-(tokens x vocabulary) logits ever held whole: `objective.loss_chunk` of causal language
-modelling.
+(tokens x vocabulary) logits ever held whole: `objective.loss_chunk` of the objectives that train
+a decoder's vocabulary head (causal language modelling, sequence to sequence).
 
 The plain path computes logits (N, V) for N tokens, a float32 copy of them, its log-softmax
 for the backward and a gradient of the same size: at GPT-2's vocabulary (50,304) and 8 rows of
@@ -15,9 +15,9 @@ checks it against the plain path (`xfmr.objectives.common.token_terms`).
 
 What the head does is done here too, in the same order: µP's readout multiplier on the hidden
 states (`xfmr.nn.mup.Readout`), the bias, the logit soft-cap (Gemma 2; `xfmr.nn.flex.softcap`),
-the padded vocabulary's extra rows (they take part in the softmax, as in the plain path), and
-PaLM's z-loss (`common.z_loss_sum`) beside the cross-entropy, each a sum over the tokens whose
-label is not IGNORE_INDEX.
+the padded vocabulary's extra rows (they take part in the softmax, as in the plain path), label
+smoothing as `F.cross_entropy` takes it, and PaLM's z-loss (`common.z_loss_sum`) beside the
+cross-entropy, each a sum over the tokens whose label is not IGNORE_INDEX.
 """
 
 from __future__ import annotations
@@ -27,7 +27,37 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from xfmr.objectives.common import IGNORE_INDEX
+from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS
+
+
+def checked_loss_chunk(loss_chunk: int | None) -> int | None:
+    """`objective.loss_chunk` as an objective's constructor takes it: None or a whole number >= 1."""
+    if loss_chunk is not None and (isinstance(loss_chunk, bool) or loss_chunk < 1):
+        raise ValueError(f"objective.loss_chunk={loss_chunk} must be a positive integer")
+    return loss_chunk
+
+
+def chunked_token_terms(
+    hidden: torch.Tensor,
+    model: torch.nn.Module,
+    labels: torch.Tensor,
+    *,
+    chunk: int,
+    z_loss: float = 0.0,
+    label_smoothing: float = 0.0,
+) -> dict[str, torch.Tensor]:
+    """`common.token_terms` of `model`'s logits, made from its last hidden states `hidden`
+    (B, T, C) through its `lm_head` and logit soft-cap `chunk` tokens at a time."""
+    ce, z = chunked_head_loss(
+        hidden,
+        model.lm_head,
+        labels,
+        chunk=chunk,
+        softcap=model.config.logit_softcap,
+        z_loss=bool(z_loss),
+        label_smoothing=label_smoothing,
+    )
+    return {"tokens": ce} if z is None else {"tokens": ce, Z_LOSS: z_loss * z}
 
 
 def chunked_head_loss(
@@ -38,6 +68,7 @@ def chunked_head_loss(
     chunk: int,
     softcap: float | None = None,
     z_loss: bool = False,
+    label_smoothing: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(cross-entropy summed over the counted tokens, PaLM's unweighted z-loss summed over the
     same tokens or None) of `head`'s logits of `hidden` (B, T, C) against `labels` (B, T),
@@ -52,6 +83,7 @@ def chunked_head_loss(
         multiplier,
         softcap,
         z_loss,
+        label_smoothing,
     )
     return ce, (z if z_loss else None)
 
@@ -68,6 +100,7 @@ class _ChunkedHeadLoss(torch.autograd.Function):
         multiplier: float | None,
         softcap: float | None,
         z_loss: bool,
+        smoothing: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         grads = _Gradients(hidden, weight, bias, ctx.needs_input_grad[:3], z_loss)
         ce = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -76,7 +109,7 @@ class _ChunkedHeadLoss(torch.autograd.Function):
             rows = slice(start, start + chunk)
             h = hidden[rows] if multiplier is None else hidden[rows] * multiplier
             logits = F.linear(h, weight, bias)  # (n, V), autocast's dtype
-            part = _chunk_loss(logits, labels[rows], softcap, z_loss)
+            part = _chunk_loss(logits, labels[rows], softcap, z_loss, smoothing)
             ce, z = ce + part.ce, z + part.z
             grads.add(rows, h, part, multiplier)
         ctx.save_for_backward(*grads.saved())
@@ -96,7 +129,7 @@ class _ChunkedHeadLoss(torch.autograd.Function):
                 grad = grad * scale.to(grad.dtype)
                 total = grad if total is None else total + grad
             out.append(total)
-        return (*out, None, None, None, None, None)
+        return (*out, None, None, None, None, None, None)
 
 
 class _ChunkLoss(NamedTuple):
@@ -109,10 +142,15 @@ class _ChunkLoss(NamedTuple):
 
 
 def _chunk_loss(
-    logits: torch.Tensor, labels: torch.Tensor, softcap: float | None, z_loss: bool
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    softcap: float | None,
+    z_loss: bool,
+    smoothing: float,
 ) -> _ChunkLoss:
-    """Sums over the chunk's counted tokens of -log p(label) and of log(Z)^2, and their
-    gradients with respect to the head's raw logits (before the soft-cap)."""
+    """Sums over the chunk's counted tokens of the cross-entropy against (1 - a) onehot + a / V
+    (a = `smoothing`; 0: -log p(label)) and of log(Z)^2, and their gradients with respect to the
+    head's raw logits (before the soft-cap)."""
     scores = logits.float()
     capped = None
     if softcap is not None:
@@ -122,9 +160,14 @@ def _chunk_loss(
     targets = labels.clamp(min=0)
     lse = torch.logsumexp(scores, dim=-1)  # (n,)
     picked = scores.gather(1, targets[:, None]).squeeze(1)
-    ce = ((lse - picked) * counted).sum()
     probs = torch.exp(scores - lse[:, None]) * counted[:, None]  # rows that count, else 0
-    grad_ce = probs.scatter_add(1, targets[:, None], -counted[:, None].float())
+    nll = lse - picked
+    target = probs  # the gradient is softmax - q, q = (1 - a) onehot + a / V
+    if smoothing:  # -sum_v q_v log p_v = (1 - a)(lse - s_label) + a (lse - mean_v s_v)
+        nll = (1.0 - smoothing) * nll + smoothing * (lse - scores.mean(dim=-1))
+        target = probs - (smoothing / scores.size(-1)) * counted[:, None]
+    grad_ce = target.scatter_add(1, targets[:, None], -(1.0 - smoothing) * counted[:, None].float())
+    ce = (nll * counted).sum()
     z = grad_z = None
     if z_loss:
         z = (lse.square() * counted).sum()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xfmr.objectives.chunked_loss import chunked_head_loss
-from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS, checked_z_loss, token_terms
+from xfmr.objectives.chunked_loss import checked_loss_chunk, chunked_token_terms
+from xfmr.objectives.common import IGNORE_INDEX, checked_z_loss, token_terms
 from xfmr.objectives.contract import Objective, TextTask, padding_id
 from xfmr.objectives.packing import packed_text, text_blocks
 
@@ -33,9 +33,7 @@ class CausalLMObjective(Objective):
     ) -> None:
         self.pad_id = pad_id
         self.z_loss = checked_z_loss(z_loss)
-        if loss_chunk is not None and (isinstance(loss_chunk, bool) or loss_chunk < 1):
-            raise ValueError(f"objective.loss_chunk={loss_chunk} must be a positive integer")
-        self.loss_chunk = loss_chunk
+        self.loss_chunk = checked_loss_chunk(loss_chunk)
 
     def bind(self, tokenizer) -> None:
         """Nothing to take from the tokenizer: blocks of text are never padded."""
@@ -65,23 +63,11 @@ class CausalLMObjective(Objective):
         packed = {"document_ids": batch["document_ids"]} if "document_ids" in batch else {}
         inputs = (batch["input_ids"], batch.get("attention_mask"))
         if self.loss_chunk is not None and torch.is_grad_enabled():
-            return self._chunked_terms(model, model(*inputs, head=False, **packed), batch), None
+            hidden = model(*inputs, head=False, **packed)
+            chunk = dict(chunk=self.loss_chunk, z_loss=self.z_loss)
+            return chunked_token_terms(hidden, model, batch["labels"], **chunk), None
         logits = model(*inputs, **packed)
         return token_terms(logits, batch["labels"], z_loss=self.z_loss), logits
-
-    def _chunked_terms(
-        self, model: nn.Module, hidden: torch.Tensor, batch: dict[str, torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        """`token_terms`, from the hidden states through the model's head a chunk at a time."""
-        ce, z = chunked_head_loss(
-            hidden,
-            model.lm_head,
-            batch["labels"],
-            chunk=self.loss_chunk,
-            softcap=model.config.logit_softcap,
-            z_loss=bool(self.z_loss),
-        )
-        return {"tokens": ce} if z is None else {"tokens": ce, Z_LOSS: self.z_loss * z}
 
     def text_task(self, tokenizer) -> TextTask | None:
         """A prompt is continued. Blocks of running text carry no </s>: only

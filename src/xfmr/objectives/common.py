@@ -4,7 +4,7 @@ BERT's inputs are built with."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -85,12 +85,15 @@ def bert_special_ids(tokenizer: TextTokenizer) -> tuple[int, int, int]:
     return tuple(tokenizer.token_to_id(token) for token in ("[PAD]", "[CLS]", "[SEP]"))
 
 
-def encoder_decoder_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def encoder_decoder_logits(
+    model: nn.Module, batch: dict[str, torch.Tensor], *, head: bool = True
+) -> torch.Tensor:
     """Logits (B, T, V) of an encoder-decoder for a batch of source and shifted target ids
-    (packed rows: with their document ids, `seq2seq_sides`)."""
-    packed = {}
+    (packed rows: with their document ids, `seq2seq_sides`); with head=False, the decoder's last
+    hidden states (B, T, C) instead (`EncoderDecoder.decode`)."""
+    packed: dict[str, Any] = {"head": False} if not head else {}
     if "document_ids" in batch:
-        packed = dict(
+        packed.update(
             document_ids=batch["document_ids"], decoder_document_ids=batch["decoder_document_ids"]
         )
     return model(

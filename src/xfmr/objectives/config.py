@@ -40,6 +40,9 @@ NUMBERS: NumberTable = {
     # Tokens a chunk of the head and loss (`xfmr.objectives.chunked_loss`); null: whole.
     "loss_chunk": ((STEPS,), "the logits of the whole batch at once"),
 }
+# The architectures whose vocabulary head `objective.loss_chunk` runs itself (a transformer
+# decoder's `lm_head`: xfmr.objectives.chunked_loss).
+CHUNKED_HEAD_ARCHS = ("decoder", "encoder_decoder")
 # The key of the z-loss's weight, taken by the objectives with vocabulary logits.
 Z_LOSS_KEY = "z_loss"
 # Tokenizers whose pieces mark where words start (`xfmr.text.tokenizers`).
@@ -117,15 +120,17 @@ class ObjectiveConfig(TargetSection):
             )
 
     def check_loss_chunk(self, arch: str, *, sharded: bool) -> None:
-        """objective.loss_chunk runs a decoder's own head (`CausalLM.lm_head`) in chunks, on a
-        model whose head is whole on each process."""
+        """objective.loss_chunk runs a transformer decoder's own head (the `lm_head` of
+        `CausalLM` or `EncoderDecoder`) in chunks, on a model whose head is whole on each
+        process."""
         chunk = self.get("loss_chunk")
         if chunk is None:
             return
-        if arch != "decoder":
+        if arch not in CHUNKED_HEAD_ARCHS:
             raise UserError(
-                f"objective.loss_chunk={chunk} runs the output head of arch=decoder in chunks; "
-                f"arch={arch} keeps its own head: set objective.loss_chunk=null"
+                f"objective.loss_chunk={chunk} runs the output head of arch in "
+                f"{list(CHUNKED_HEAD_ARCHS)} in chunks; arch={arch} keeps its own head: set "
+                "objective.loss_chunk=null"
             )
         if sharded:
             raise UserError(

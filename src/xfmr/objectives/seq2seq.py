@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xfmr.objectives.chunked_loss import checked_loss_chunk, chunked_token_terms
 from xfmr.objectives.common import (
     IGNORE_INDEX,
     checked_z_loss,
@@ -31,6 +32,8 @@ class Seq2SeqObjective(Objective):
     Args:
         label_smoothing: a in (1 - a) * onehot + a / K (the paper: 0.1).
         z_loss: PaLM's z-loss weight (`common.z_loss_sum`; PaLM: 1e-4), 0: off.
+        loss_chunk: in training, the decoder's head and the loss `loss_chunk` tokens at a
+            time (`xfmr.objectives.chunked_loss`), with no logits to return. None: whole.
     """
 
     name = "seq2seq"
@@ -40,11 +43,14 @@ class Seq2SeqObjective(Objective):
     required_special_tokens = ("<pad>", "<s>", "</s>")
     packs = True
 
-    def __init__(self, *, label_smoothing: float = 0.1, z_loss: float = 0.0) -> None:
+    def __init__(
+        self, *, label_smoothing: float = 0.1, z_loss: float = 0.0, loss_chunk: int | None = None
+    ) -> None:
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"objective.label_smoothing={label_smoothing} must lie in [0, 1)")
         self.label_smoothing = label_smoothing
         self.z_loss = checked_z_loss(z_loss)
+        self.loss_chunk = checked_loss_chunk(loss_chunk)
         self.pad_id = self.bos_id = self.eos_id = None
 
     def bind(self, tokenizer) -> None:
@@ -74,8 +80,12 @@ class Seq2SeqObjective(Objective):
     def forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        logits = encoder_decoder_logits(model, batch)
         smoothing = self.label_smoothing if model.training else 0.0  # validation: the true loss
+        if self.loss_chunk is not None and torch.is_grad_enabled():
+            hidden = encoder_decoder_logits(model, batch, head=False)
+            chunk = dict(chunk=self.loss_chunk, z_loss=self.z_loss, label_smoothing=smoothing)
+            return chunked_token_terms(hidden, model, batch["labels"], **chunk), None
+        logits = encoder_decoder_logits(model, batch)
         terms = token_terms(logits, batch["labels"], label_smoothing=smoothing, z_loss=self.z_loss)
         return terms, logits
 
