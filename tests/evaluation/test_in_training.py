@@ -128,6 +128,25 @@ def test_a_sweep_finds_the_optimized_metric_and_its_pruner_sees_it(scored) -> No
     assert reported == [(pytest.approx(results["history"][-1][METRIC]), 6)]
 
 
+@pytest.mark.parametrize("trainer", ["ddp", "fsdp"])
+def test_on_two_processes_scoring_ends_and_rank_zero_reports(tmp_path, trainer) -> None:
+    """DDP: rank 0 scores while the other process waits at the next gradient reduction; FSDP:
+    every rank scores together, as the sharded model's forwards need. Neither hangs, and rank
+    0's scores reach results.json at each step due. Two CPU processes through the CLI."""
+    from helpers.cli import run_cli
+
+    run_dir = tmp_path / "run"
+    args = [*TOY, f"trainer={trainer}", "trainer.accelerator=cpu", "trainer.devices=2"]
+    args += ["trainer.max_steps=4", "trainer.val_check_interval=4", f"hydra.run.dir={run_dir}"]
+    result = run_cli([*args, *_scoring("xfmr_minimal_pairs", every=2, limit=8)], tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert (results["status"], results["world_size"]) == ("completed", 2)
+    assert [row["step"] for row in results["history"]] == [2, 4]
+    assert all(0 <= row[METRIC] <= 1 for row in results["history"])
+    assert "lm_eval after step 4" in result.output
+
+
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     return state["state_dict"]
