@@ -56,16 +56,30 @@ def run_quick(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
 def run_benchmark(
     script: str, args: list[str], env: dict[str, str] | None = None, *, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """`python benchmarks/SCRIPT *args` in a process of its own, with this process's environment
-    and `env`: forked from the tests' server that has torch, Lightning and xfmr imported
-    (helpers/cli_processes.py) where a fork behaves as a new interpreter would."""
-    path = ROOT / "benchmarks" / script
+    """`python benchmarks/SCRIPT *args` (`run_python_script`)."""
+    return run_python_script(ROOT / "benchmarks" / script, args, env, timeout=timeout)
+
+
+def run_python_script(
+    path: Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    cwd: Path | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """`python PATH *args` in a process of its own, with this process's environment and `env`:
+    forked from the tests' server that has torch, Lightning and xfmr imported
+    (helpers/cli_processes.py) where a fork behaves as a new interpreter would, else a new one."""
     env = {**os.environ, **(env or {})}
+    cwd = cwd or Path.cwd()
     if can_fork(env):
-        found = run_script(path, args, cwd=Path.cwd(), env=env, timeout=timeout)
+        found = run_script(path, args, cwd=cwd, env=env, timeout=timeout)
         return subprocess.CompletedProcess([str(path), *args], *found)
     command = [sys.executable, str(path), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
+    )
 
 
 def script_in_process(name: str, monkeypatch: Any) -> ModuleType:

@@ -19,8 +19,8 @@ import pytest
 import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from helpers.cli_processes import can_fork, run_script
 from helpers.config import compose_config
+from helpers.experiment_scripts import run_python_script
 from helpers.runs import CORPUS
 from xfmr.data.documents import DocumentsDataModule
 from xfmr.data.text import TextCorpusDataModule
@@ -498,20 +498,14 @@ print(len(data.train_ids), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def _measure_in_a_process(tmp_path: Path, args: list[str]) -> tuple[int, str, str]:
-    """MEASURE in a process of its own, whose peak RSS is its own: forked from the server that
-    has torch imported (tests/helpers/cli_processes.py) where a fork behaves as a fresh start,
-    else a new interpreter. Both corpora are measured the same way, so what the start leaves
-    in the peak cancels out of their difference."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _measure_in_a_process(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """MEASURE in a process of its own, whose peak RSS is its own (`run_python_script`: forked
+    from the server that has torch imported, where a fork behaves as a fresh start). Both
+    corpora are measured the same way, so what the start leaves in the peak cancels out of
+    their difference."""
     script = tmp_path / "measure.py"
     script.write_text(MEASURE)
-    if can_fork(env):
-        return run_script(script, args, cwd=tmp_path, env=env, timeout=600)
-    proc = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600, env=env
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_python_script(script, args, {"OMP_NUM_THREADS": "1"}, cwd=tmp_path)
 
 
 @pytest.mark.slow
@@ -525,9 +519,9 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
     for name, megabytes in (("small", 3), ("large", 24)):
         corpus = _big_corpus(tmp_path / f"{name}.txt", megabytes)
         args = [str(corpus), str(tmp_path / "tokenizer.json"), str(tmp_path / "tokens")]
-        code, stdout, stderr = _measure_in_a_process(tmp_path, args)
-        assert code == 0, stderr
-        tokens, peak_kib = map(int, stdout.split())
+        done = _measure_in_a_process(tmp_path, args)
+        assert done.returncode == 0, done.stderr
+        tokens, peak_kib = map(int, done.stdout.split())
         peaks[name] = (tokens, peak_kib * 1024)
     grown_tokens = peaks["large"][0] - peaks["small"][0]
     grown_bytes = peaks["large"][1] - peaks["small"][1]

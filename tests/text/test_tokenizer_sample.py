@@ -5,7 +5,6 @@ covers it, and without holding the corpus in memory."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli_processes import can_fork, run_script
+from helpers.experiment_scripts import run_python_script
 from xfmr.data.text import TextCorpusDataModule
 from xfmr.errors import UserError
 from xfmr.parts.tokenizer import prepare_tokenizer
@@ -211,19 +210,13 @@ MEASURE = textwrap.dedent(
 )
 
 
-def _measure_in_a_process(tmp_path: Path, args: list[str]) -> tuple[int, str, str]:
-    """MEASURE in a process of its own: forked from the server that has torch imported
-    (tests/helpers/cli_processes.py) where a fork behaves as a fresh start, else a new
-    interpreter. MEASURE starts its peak afresh before it reads, so how the process started
-    does not count."""
+def _measure_in_a_process(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """MEASURE in a process of its own (`run_python_script`: forked from the server that has
+    torch imported, where a fork behaves as a fresh start). MEASURE starts its peak afresh
+    before it reads, so how the process started does not count."""
     script = tmp_path / "measure.py"
     script.write_text(MEASURE)
-    if can_fork(dict(os.environ)):
-        return run_script(script, args, cwd=tmp_path, env=dict(os.environ), timeout=300)
-    proc = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_python_script(script, args, cwd=tmp_path, timeout=300)
 
 
 @pytest.mark.slow  # a 50 MB file, read in two processes: about 10 s
@@ -240,9 +233,9 @@ def test_a_big_corpus_is_sampled_without_reading_it_into_memory(tmp_path: Path) 
     def grows(mode: str) -> int:
         cache = tmp_path / mode
         cache.mkdir()
-        code, stdout, stderr = _measure_in_a_process(tmp_path, [str(path), mode, str(cache)])
-        assert code == 0, stderr
-        return int(stdout.split()[-1])
+        done = _measure_in_a_process(tmp_path, [str(path), mode, str(cache)])
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split()[-1])
 
     reading, sampling = grows("read"), grows("sample")
     assert reading > 50  # the whole text as a string: at least the file's size
