@@ -62,7 +62,8 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     """TINY on CORPUS under trainer=fsdp on two CPU processes, trained once per process for the
     tests that read a sharded run (tests/training/test_fsdp.py): a periodic checkpoint every 2
     steps, so step-2 and step-4 are folders beside best and last; activation checkpointing on; a
-    short closing text sample, which every rank runs."""
+    short closing text sample, which every rank runs; lm-eval's minimal pairs scored at steps 2
+    and 4 (`callbacks.lm_eval`), which every rank of a sharded model scores together."""
     root = tmp_path_factory.mktemp("fsdp_run")
     corpus = root / "corpus.txt"
     corpus.write_text(CORPUS, encoding="utf-8")
@@ -74,6 +75,9 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
         "callbacks.periodic_checkpoint.every_n_train_steps=2",
         "callbacks.text_sample.max_new_tokens=8",
         "model.activation_checkpointing=true",  # each sharded block recomputed in backward
+        "callbacks.lm_eval.tasks=xfmr_minimal_pairs",
+        "callbacks.lm_eval.every_n_steps=2",
+        "callbacks.lm_eval.limit=8",
     )
     run_dir = root / "run"
     result = run_cli([*args, f"hydra.run.dir={run_dir}"], root)

@@ -128,15 +128,14 @@ def test_a_sweep_finds_the_optimized_metric_and_its_pruner_sees_it(scored) -> No
     assert reported == [(pytest.approx(results["history"][-1][METRIC]), 6)]
 
 
-@pytest.mark.parametrize("trainer", ["ddp", "fsdp"])
-def test_on_two_processes_scoring_ends_and_rank_zero_reports(tmp_path, trainer) -> None:
-    """DDP: rank 0 scores while the other process waits at the next gradient reduction; FSDP:
-    every rank scores together, as the sharded model's forwards need. Neither hangs, and rank
-    0's scores reach results.json at each step due. Two CPU processes through the CLI."""
+def test_under_ddp_rank_zero_scores_and_the_run_ends(tmp_path) -> None:
+    """DDP: rank 0 scores while the other process waits at the next gradient reduction; the run
+    does not hang, and rank 0's scores reach results.json at each step due. Two CPU processes
+    through the CLI. (FSDP, where every rank scores: tests/training/test_fsdp.py's shared run.)"""
     from helpers.cli import run_cli
 
     run_dir = tmp_path / "run"
-    args = [*TOY, f"trainer={trainer}", "trainer.accelerator=cpu", "trainer.devices=2"]
+    args = [*TOY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
     args += ["trainer.max_steps=4", "trainer.val_check_interval=4", f"hydra.run.dir={run_dir}"]
     result = run_cli([*args, *_scoring("xfmr_minimal_pairs", every=2, limit=8)], tmp_path)
     assert result.returncode == 0, result.output[-3000:]

@@ -44,6 +44,16 @@ def test_a_sharded_run_writes_folders_of_shards(fsdp_run) -> None:
     assert "sample after step 4" in (fsdp_run.dir / "train.log").read_text()
 
 
+def test_lm_eval_scores_a_sharded_model_on_every_rank_and_rank_zero_reports(fsdp_run) -> None:
+    """callbacks.lm_eval under FSDP: every rank scores together, as the sharded forwards need;
+    the run does not hang, and rank 0's scores reach results.json at each step due."""
+    history = read_results(fsdp_run.dir)["history"]
+    metric = "eval/xfmr_minimal_pairs/acc"
+    assert [row["step"] for row in history] == [2, 4]
+    assert all(0 <= row[metric] <= 1 for row in history), history
+    assert "lm_eval after step 4" in (fsdp_run.dir / "train.log").read_text()
+
+
 def test_a_sharded_checkpoint_reads_whole_with_its_ties(fsdp_run) -> None:
     state = read_checkpoint(fsdp_run.dir / "checkpoints" / "last.ckpt")
     assert state["global_step"] == 4
