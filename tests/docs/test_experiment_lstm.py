@@ -63,6 +63,8 @@ def _loss_at(history: list[dict], seconds: float) -> float:
 
 
 def _t_interval(values: list[float]) -> tuple[float, float]:
+    if stats.sem(values) == 0:  # equal values (two seeds at one ms/step): the mean itself
+        return np.mean(values), np.mean(values)
     return stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
 
 

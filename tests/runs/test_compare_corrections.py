@@ -84,6 +84,14 @@ def test_simultaneous_intervals_exclude_zero_exactly_where_the_bonferroni_p_is_s
     assert holm([0.001, 0.04])[1] < 0.05 <= bonferroni([0.001, 0.04])[1]
 
 
+def test_equal_values_have_the_mean_itself_as_their_interval() -> None:
+    """Runs that agree exactly (two seeds at one ms/step) have no spread: the interval is the
+    mean at both ends, where scipy's t.interval with a scale of 0 gives NaN."""
+    assert mean_interval([5.0, 5.0]) == (5.0, 5.0)
+    with np.errstate(invalid="ignore"):  # 0 * inf inside scipy
+        assert all(math.isnan(x) for x in stats.t.interval(0.95, 1, loc=5.0, scale=0.0))
+
+
 def test_the_interval_functions_take_the_level() -> None:
     values, baseline = [2.31, 2.35, 2.29, 2.4], [2.42, 2.38, 2.45, 2.41]
     level = simultaneous_confidence(3)

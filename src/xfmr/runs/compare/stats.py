@@ -64,14 +64,16 @@ def mean_interval(
     values: Sequence[float], *, confidence: float = CONFIDENCE
 ) -> tuple[float, float] | None:
     """The 95% interval of the mean: mean ± t_{0.975, n-1} * s / sqrt(n); None below two.
-    `confidence` other than 0.95 (a page's simultaneous level) changes the t quantile."""
+    `confidence` other than 0.95 (a page's simultaneous level) changes the t quantile. Values
+    that are all equal (s = 0) give the mean itself at both ends, where scipy gives NaN."""
     if len(values) < MIN_RUNS:
         return None
     from scipy import stats
 
-    low, high = stats.t.interval(
-        confidence, len(values) - 1, loc=_mean(values), scale=stats.sem(values)
-    )
+    mean, sem = _mean(values), stats.sem(values)
+    if sem == 0:
+        return mean, mean
+    low, high = stats.t.interval(confidence, len(values) - 1, loc=mean, scale=sem)
     return float(low), float(high)
 
 
