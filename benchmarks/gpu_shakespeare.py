@@ -19,8 +19,8 @@ against the GPU's datasheet peak, the goals met or not, and a profile of the GPT
 2. A GPT-2-small-shaped model (12 layers, 12 heads, d 768, block 1024, batch --gpt2-batch, no
    bias, no dropout; vocabulary 65, tiny Shakespeare's characters, not GPT-2's 50257), the same
    five runs for --gpt2-steps steps, nanoGPT with --bias=False --dropout=0.0 (with --loss-chunk
-   N, xfmr's runs again with objective.loss_chunk=N, rows "MODE+loss_chunk=N"); then a few eager
-   xfmr steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's
+   N[,M..], xfmr's runs again with objective.loss_chunk=N for each N, rows
+   "MODE+loss_chunk=N"); then a few eager xfmr steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's
    kernel time goes, by what launched each kernel, and the top operators.
 
 ms/step: xfmr's results.json, the median step over windows that end at its logging steps
@@ -236,11 +236,13 @@ def gpt2_rows(args, setup: Setup, report: Report, table: str) -> None:
         if mode in NANOGPT_MODES:
             row, _ = run_nanogpt(table, shape, setup, args.gpt2_steps, mode, no_bias)
             report.add(with_mfu(row, shape, fpt, setup.peak))
-    for mode in compile_modes(args) if args.loss_chunk else ():  # the lever's share, beside
-        chunked = f"objective.loss_chunk={args.loss_chunk}"
-        added = f"+loss_chunk={args.loss_chunk}"
-        row, _ = run_xfmr(table, shape, setup, args.gpt2_steps, mode, [*unsaved, chunked], added)
-        report.add(with_mfu(row, shape, fpt, setup.peak))
+    for chunk in args.loss_chunk:  # the lever's share, beside the plain rows
+        for mode in compile_modes(args):
+            chunked = [*unsaved, f"objective.loss_chunk={chunk}"]
+            row, _ = run_xfmr(
+                table, shape, setup, args.gpt2_steps, mode, chunked, f"+loss_chunk={chunk}"
+            )
+            report.add(with_mfu(row, shape, fpt, setup.peak))
 
 
 def gpt2_tables(args) -> list[str]:
@@ -320,8 +322,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--loss-chunk",
-        type=int,
-        help="the GPT-2-shaped xfmr runs once more with objective.loss_chunk=N, each mode",
+        type=lambda text: [int(size) for size in text.split(",")],
+        default=[],
+        help="the GPT-2-shaped xfmr runs again with objective.loss_chunk=N, each N and mode "
+        "(comma-separated)",
     )
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
