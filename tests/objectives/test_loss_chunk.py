@@ -162,7 +162,10 @@ def test_without_gradients_the_logits_are_made_whole():
     [
         (["objective.loss_chunk=0"], "objective.loss_chunk=0 is not valid: use an integer >= 1"),
         (["arch=rnn", "objective.loss_chunk=64"], "arch=rnn keeps its own head"),
-        (["trainer=fsdp", "objective.loss_chunk=64"], "with trainer=fsdp: the chunked head"),
+        (
+            ["trainer=fsdp", "trainer.accelerator=cpu", "objective.loss_chunk=64"],
+            "with trainer=fsdp: the chunked head",
+        ),
     ],
 )
 def test_settings_it_cannot_serve_are_refused_in_one_line(tmp_path, overrides, message):

@@ -143,7 +143,7 @@ def test_results_state_each_throughput_figure_once_as_the_bar_and_the_log_show_i
     utilisation = [float(row[TRAIN_MFU]) for row in rows]
     # ms_per_step is the median step's (the lower of two middle ones), so the higher tokens/s.
     assert results["train_tokens_per_s"] == pytest.approx(median_high(tokens_per_s), abs=0.05)
-    assert results["train_mfu"] == pytest.approx(median_high(utilisation), abs=5e-6)
+    assert results["train_mfu"] == pytest.approx(median_high(utilisation), rel=5e-4)  # 4 figures
     last = {TRAIN_TOKENS_PER_S: tokens_per_s[-1], TRAIN_MFU: utilisation[-1]}
     assert {k: bar.figures[12][k] for k in last} == shown_figures(last)  # the bar's, at the end
     # Over training's wall time: more than the seconds spent training (the history's, which
@@ -154,4 +154,4 @@ def test_results_state_each_throughput_figure_once_as_the_bar_and_the_log_show_i
     assert results["wall_tokens_per_s"] < tokens / training_seconds
     per_token, peak = results["flops_per_token"], results["peak_flops"]
     expected = results["wall_tokens_per_s"] * per_token / peak
-    assert results["wall_mfu"] == pytest.approx(expected, rel=1e-3, abs=5e-6)
+    assert results["wall_mfu"] == pytest.approx(expected, rel=1e-3)

@@ -110,8 +110,10 @@ def summarize(
         "peak_flops": round(summary.peak_flops) if summary.peak_flops else None,
         # Where the peak came from: throughput.peak_tflops, a GPU's datasheet, or measured.
         "peak_flops_source": summary.peak.source if summary.peak else None,
-        "train_mfu": _rounded(speeds["train_mfu"], 5),
-        "wall_mfu": _rounded(speeds["wall_mfu"], 5),
+        # Four significant figures, not decimal places: a tiny model on a large GPU uses a
+        # millionth of it, which five places rounded to 0.0.
+        "train_mfu": _significant(speeds["train_mfu"]),
+        "wall_mfu": _significant(speeds["wall_mfu"]),
         "world_size": trainer.world_size,
         "num_nodes": trainer.num_nodes,
         "precision": str(trainer.precision),  # as trainer.precision=auto chose it
@@ -129,3 +131,7 @@ def summarize(
 
 def _rounded(value: float | None, places: int) -> float | None:
     return round(value, places) if value is not None else None
+
+
+def _significant(value: float | None, figures: int = 4) -> float | None:
+    return float(f"{value:.{figures}g}") if value is not None else None
