@@ -260,15 +260,17 @@ def gpt2_shape(args) -> Shape:
 
 
 def profile_gpt2(args, setup: Setup) -> None:
-    """A few eager steps of the GPT-2-shaped model (GPT-2's vocabulary with --gpt2-vocab gpt2)
-    under torch.profiler, in xfmr-train's own process (`xfmr.training.profiling.ProfileSteps`,
-    which prints where the step goes once they are recorded), its tables printed here."""
+    """A few steps of the GPT-2-shaped model (GPT-2's vocabulary with --gpt2-vocab gpt2), eager
+    or with --profile-mode's compile, under torch.profiler, in xfmr-train's own process
+    (`xfmr.training.profiling.ProfileSteps`, which prints where the step goes once they are
+    recorded), its tables printed here. A compiled step's kernels are the compiler's own
+    (fused Triton kernels), attributed to the compiled graph that launched them."""
     steps = SETTLE_STEPS + args.profile_steps + 2
     vocabulary = [f"model.vocab_multiple={GPT2_VOCAB}"] if args.gpt2_vocab == "gpt2" else []
     overrides = [
         *xfmr_overrides(gpt2_shape(args), setup, steps),
         *vocabulary,
-        "compile=false",  # eager: auto would replay CUDA graphs on a GPU
+        f"compile={args.profile_mode}",  # eager by default: auto would replay CUDA graphs
         "callbacks.model_checkpoint=null",
         "+callbacks.profile._target_=xfmr.training.profiling.ProfileSteps",
         f"+callbacks.profile.skip={SETTLE_STEPS}",
@@ -276,7 +278,8 @@ def profile_gpt2(args, setup: Setup) -> None:
     ]
     finished = xfmr_train(overrides, setup.out / "xfmr-gpt2-profile", setup.out / "cache")
     profile = printed_profile(finished.output)
-    print(f"\ntorch.profiler, GPT-2-small-shaped, {setup.precision}: {profile}")
+    mode = f", compile={args.profile_mode}"
+    print(f"\ntorch.profiler, GPT-2-small-shaped, {setup.precision}{mode}: {profile}")
 
 
 def printed_profile(stdout: str) -> str:
@@ -328,6 +331,12 @@ def parse_args() -> argparse.Namespace:
         "(comma-separated)",
     )
     parser.add_argument("--profile-steps", type=int, default=5)
+    parser.add_argument(
+        "--profile-mode",
+        choices=COMPILE_MODES[:2],
+        default="false",
+        help="the profiled steps' compile: eager (false) or compiled (true)",
+    )
     parser.add_argument("--peak-tflops", type=float, help="instead of the datasheet's peak")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -81,7 +81,7 @@ def printed_by_main(
         "--steps=8",
         "--gpt2-steps=8",
         "--gpt2-vocab=gpt2",  # GPT-2's padded 50,304 rows over the characters
-        "--loss-chunk=32",  # xfmr's GPT-2-shaped run again, its head in chunks
+        "--loss-chunk=32,16",  # xfmr's GPT-2-shaped run again for each, its head in chunks
         "--no-compile",
     ])  # fmt: skip
     monkeypatch.setenv("XFMR_CACHE_DIR", str(tmp_path / "cache"))
@@ -112,17 +112,18 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(
         ("xfmr-train", "false", "32-true"),
         ("nanoGPT train.py", "false", "float32"),
     ]  # --no-compile: neither compile=true nor reduce-overhead rows
-    chunked = ("xfmr-train", "false+loss_chunk=32", "32-true")
-    for rows, expected in ((shakespeare_rows, eager_pair), (gpt2_rows, [*eager_pair, chunked])):
+    chunked = [("xfmr-train", f"false+loss_chunk={n}", "32-true") for n in (32, 16)]
+    for rows, expected in ((shakespeare_rows, eager_pair), (gpt2_rows, [*eager_pair, *chunked])):
         assert [(r["run"], r["compile"], r["precision"]) for r in rows] == expected, out
         xfmr, nanogpt = rows[:2]
         assert nanogpt["vs_nanogpt"] == 1.0, out
         ratio = xfmr["ms_per_step"] / nanogpt["ms_per_step"]
         assert xfmr["vs_nanogpt"] == pytest.approx(ratio, abs=0.01, rel=0.01), out
         assert all(r["ms_per_step"] > 0 and r["mfu"] > 0 for r in rows), out
-    # The chunked run against nanoGPT's eager one, as the plain eager run is.
-    ratio = gpt2_rows[2]["ms_per_step"] / gpt2_rows[1]["ms_per_step"]
-    assert gpt2_rows[2]["vs_nanogpt"] == pytest.approx(ratio, abs=0.01, rel=0.01), out
+    # The chunked runs against nanoGPT's eager one, as the plain eager run is.
+    for row in gpt2_rows[2:]:
+        ratio = row["ms_per_step"] / gpt2_rows[1]["ms_per_step"]
+        assert row["vs_nanogpt"] == pytest.approx(ratio, abs=0.01, rel=0.01), out
     for row in shakespeare_rows:
         # Eight steps from ln(65) = 4.17: both still near it, both scored on the same blocks.
         assert 3.0 < row["val_loss"] < 4.6, out
@@ -137,7 +138,7 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(
 
     written = json.loads(out_json.read_text())
     assert written["peak_flops_source"] == peak[1] and written["precision"] == "32-true"
-    assert [row["table"] for row in written["rows"]] == ["shakespeare"] * 2 + ["gpt2_vocab"] * 3
+    assert [row["table"] for row in written["rows"]] == ["shakespeare"] * 2 + ["gpt2_vocab"] * 4
     for printed, row in zip(shakespeare_rows + gpt2_rows, written["rows"], strict=True):
         assert_same_row(printed, row)
     assert [(g["goal"], g["verdict"], g["detail"]) for g in written["goals"]] == printed_goals
@@ -149,6 +150,7 @@ def test_the_gpu_benchmark_runs_its_cpu_path_and_prints_its_tables(
                 xfmr["mfu"] * xfmr["ms_per_step"], row["mfu"] * row["ms_per_step"], rel_tol=1e-9
             )
 
+    assert "GPT-2-small-shaped, 32-true, compile=false: " in out, out  # eager by default
     assert "steps profiled:" in out and "| matmul |" in out and "| total |" in out, out
     assert "| operator | where | ms/step | share |" in out, out
     assert not (tmp_path / "out" / "nanoGPT").exists()  # the copy was a temporary one
