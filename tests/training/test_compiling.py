@@ -28,6 +28,7 @@ from xfmr.training.compiling import MAX_GRAPHS, CompiledStep, auto_mode
         (True, "default"),
         ("reduce-overhead", "reduce-overhead"),
         ("max-autotune", "max-autotune"),
+        ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs"),
         (None, None),
         ("auto", "auto"),  # chosen by the run: compile_chosen
     ],
@@ -72,26 +73,33 @@ def _batch(length: int) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.zeros(2, length, dtype=torch.long)}
 
 
-def test_reduce_overhead_runs_shapes_past_its_graphs_eagerly_said_once(monkeypatch, caplog) -> None:
+# torch's max-autotune records CUDA graphs as reduce-overhead does (`triton.cudagraphs`).
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cuda_graphs_run_shapes_past_their_graphs_eagerly_said_once(
+    monkeypatch, caplog, mode
+) -> None:
+    assert torch._inductor.list_mode_options(mode).get("triton.cudagraphs")
     recorder = Recorder()
     monkeypatch.setattr(compiling.torch, "compile", recorder)
-    step = CompiledStep(_eager, "reduce-overhead")
+    step = CompiledStep(_eager, mode)
     lengths = [*range(1, MAX_GRAPHS + 1), MAX_GRAPHS + 1, MAX_GRAPHS + 2, 1]
     with caplog.at_level(logging.WARNING, logger="xfmr"):
         for length in lengths:
             step(None, _batch(length))
-    assert recorder.modes == ["reduce-overhead"]
+    assert recorder.modes == [mode]
     # The first MAX_GRAPHS shapes compiled (and a known one again), the new ones after eager.
     assert recorder.ran == [(2, n) for n in range(1, MAX_GRAPHS + 1)] + [(2, 1)]
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "compile=reduce-overhead" in lines[0] and "compile=true" in lines[0]
+    assert len(lines) == 1 and f"compile={mode}:" in lines[0] and "compile=true" in lines[0]
     assert "input_ids [2, 5]" in lines[0]
 
 
-def test_other_modes_compile_every_shape(monkeypatch) -> None:
+@pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
+def test_modes_without_cuda_graphs_compile_every_shape(monkeypatch, mode) -> None:
+    assert not torch._inductor.list_mode_options(mode).get("triton.cudagraphs")
     recorder = Recorder()
     monkeypatch.setattr(compiling.torch, "compile", recorder)
-    step = CompiledStep(_eager, "default")
+    step = CompiledStep(_eager, mode)
     for length in range(1, 2 * MAX_GRAPHS):
         step(None, _batch(length))
     assert len(recorder.ran) == 2 * MAX_GRAPHS - 1
@@ -167,3 +175,22 @@ def test_the_text_corpus_says_its_training_batches_have_one_shape() -> None:
     from xfmr.data.text import TextCorpusDataModule
 
     assert TextCorpusDataModule.fixed_batch_shape is True
+
+
+@pytest.mark.parametrize(("value", "marked"), [("max-autotune", True), ("true", False)])
+def test_each_step_is_marked_for_cuda_graphs_under_the_modes_that_record_them(
+    tmp_path: Path, monkeypatch, value, marked
+) -> None:
+    """Under CUDA graphs a new graph replay overwrites the last one's outputs; the step says
+    where a step begins (torch.compiler.cudagraph_mark_step_begin) under every mode that
+    records them, max-autotune included, and only there. torch.compile is the recorder here."""
+    from helpers.config import compose_config
+    from xfmr.training.run import run_training
+
+    (tmp_path / "corpus.txt").write_text(CORPUS)
+    monkeypatch.setattr(compiling.torch, "compile", Recorder())
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    overrides = [*TINY, "data=text", f"data.path={tmp_path / 'corpus.txt'}", f"compile={value}"]
+    run_training(compose_config(tmp_path, [*overrides, "trainer.accumulate_grad_batches=2"]))
+    assert len(marks) == (4 * 2 if marked else 0)  # every micro-batch of the 4 steps

@@ -27,8 +27,9 @@ from xfmr.sections import read_section
 from xfmr.targets import Target, frozen
 
 # `compile` -> torch.compile's mode; false: eager. reduce-overhead replays the step's kernels
-# as CUDA graphs; max-autotune also searches kernel configurations (a long first compile);
-# auto is chosen by the run once it knows its device and data (`xfmr.training.compiling`).
+# as CUDA graphs; max-autotune also searches kernel configurations (a long first compile) and
+# records CUDA graphs too, max-autotune-no-cudagraphs searches without them; auto is chosen by
+# the run once it knows its device and data (`xfmr.training.compiling`).
 AUTO_COMPILE = "auto"
 COMPILE_MODES = {
     "auto": AUTO_COMPILE,
@@ -37,6 +38,7 @@ COMPILE_MODES = {
     "default": "default",
     "reduce-overhead": "reduce-overhead",
     "max-autotune": "max-autotune",
+    "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs",
 }
 
 

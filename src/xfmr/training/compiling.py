@@ -16,10 +16,13 @@ import torch
 
 log = logging.getLogger("xfmr")
 
-# Distinct batch shapes one compiled step serves under reduce-overhead, which records a CUDA
-# graph (and keeps its memory) for each; text cut into blocks has one shape, or two with a
-# short last batch.
+# Distinct batch shapes one compiled step serves under CUDA graphs, which records a graph (and
+# keeps its memory) for each; text cut into blocks has one shape, or two with a short last
+# batch.
 MAX_GRAPHS = 4
+# torch.compile's modes that record CUDA graphs on a GPU (torch._inductor.list_mode_options:
+# `triton.cudagraphs`): max-autotune as well as reduce-overhead.
+CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 
 
 def auto_mode(
@@ -51,7 +54,7 @@ class CompiledStep:
     """`step(model, batch)` compiled in `mode`; eager where compiling cannot serve a batch.
 
     Two cases run eagerly instead of failing mid-run, each said once in one line: a batch
-    shape past `MAX_GRAPHS` distinct ones under reduce-overhead (data padded to each batch's
+    shape past `MAX_GRAPHS` distinct ones under CUDA graphs (data padded to each batch's
     longest example has a new shape every few batches: compile=true serves them with one
     graph of dynamic shape), and a compile that fails (torch's compiler raises; the run goes
     on eagerly).
@@ -80,7 +83,7 @@ class CompiledStep:
             return self.eager(model, batch)
 
     def _serves(self, batch: dict[str, Any]) -> bool:
-        if self.mode != "reduce-overhead":
+        if self.mode not in CUDA_GRAPH_MODES:
             return True
         shape = tuple((k, tuple(v.shape)) for k, v in batch.items() if isinstance(v, torch.Tensor))
         if shape in self.shapes:
@@ -91,9 +94,10 @@ class CompiledStep:
         if not self._said_shape:
             self._said_shape = True
             log.warning(
-                "compile=reduce-overhead: a batch of a %s shape (%s) runs eagerly, as will any "
+                "compile=%s: a batch of a %s shape (%s) runs eagerly, as will any "
                 "other new shape: CUDA graphs are recorded for %d batch shapes; data whose "
                 "batches vary in length trains faster with compile=true",
+                self.mode,
                 _ordinal(MAX_GRAPHS + 1),
                 ", ".join(f"{k} {list(s)}" for k, s in shape),
                 MAX_GRAPHS,

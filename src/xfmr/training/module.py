@@ -34,7 +34,7 @@ from xfmr.data.order import COUNTS, WINDOW_COUNTS, seed_step
 from xfmr.objectives.contract import Objective
 from xfmr.objectives.terms import TermLoss, Terms, auxiliary, divided, loss_sums
 from xfmr.training.cadence import is_logging_step
-from xfmr.training.compiling import CompiledStep
+from xfmr.training.compiling import CUDA_GRAPH_MODES, CompiledStep
 from xfmr.training.earlier_checkpoints import from_automatic_optimization
 from xfmr.training.guards import (
     GradientNorms,
@@ -161,7 +161,7 @@ class XfmrModule(L.LightningModule):
 
     def _backward(self, batch: dict[str, Any], counts: Terms, totals: Terms) -> torch.Tensor:
         """One micro-batch's forward and backward; its part of the step's loss, detached."""
-        if self.compile_mode == "reduce-overhead":  # the last graph's outputs are free
+        if self.compile_mode in CUDA_GRAPH_MODES:  # the last graph's outputs are free
             torch.compiler.cudagraph_mark_step_begin()
         seed_step(batch)  # dropout's numbers, from the micro-batch's place in the run
         loss, _ = self.training_loss(self.model, batch)
