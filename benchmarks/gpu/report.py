@@ -19,6 +19,7 @@ NANOGPT = "nanoGPT train.py"
 SEED_NOISE = 0.02
 CUDA_GRAPHS_GOAL = 0.7  # reduce-overhead's ms/step over nanoGPT's compiled
 MFU_GOAL = 0.45  # the GPT-2-shaped compile=true runs, of the peak
+MFU_MODES = ("true", "max-autotune")  # the compiled runs the MFU goal takes the best of
 TABLES = {
     "shakespeare": "Shakespeare char",
     "gpt2": "GPT-2-small-shaped",
@@ -123,17 +124,29 @@ def cuda_graphs_goal(rows: list[Row]) -> Goal:
 def mfu_goal(rows: list[Row], table: str) -> Goal:
     vocabulary = ", GPT-2's vocabulary" if table == "gpt2_vocab" else ""
     goal = f"GPT-2-small shape{vocabulary}: {XFMR} compile=true MFU >= {MFU_GOAL:.0%} of the peak"
-    compiled = find(rows, table, XFMR, "true")
-    if compiled is None:
+    # The best compiled row: compile=true or max-autotune, a setting added or not (--loss-chunk),
+    # named where it is not the plain compile=true one.
+    compiled = [
+        r
+        for r in rows
+        if (r.table, r.run) == (table, XFMR) and r.compile.split("+")[0] in MFU_MODES
+    ]
+    if not compiled:
         return not_measured(goal, table, "compile=true")
-    if compiled.mfu is None:
+    measured = [r for r in compiled if r.mfu is not None]
+    if not measured:
         return Goal(goal, "not measured", "no peak, so no MFU", table)
-    # The best compiled row, a setting added or not (--loss-chunk), named where it is not the
-    # plain one.
-    added = [r for r in rows if (r.table, r.run) == (table, XFMR) and r.compile.startswith("true+")]
-    best = max([compiled, *(r for r in added if r.mfu is not None)], key=lambda r: r.mfu)
-    detail = f"{best.mfu:.1%}" + (f" with {best.compile[5:]}" if best is not compiled else "")
+    best = max(measured, key=lambda r: r.mfu)
+    detail = f"{best.mfu:.1%}" + (
+        f" with {setting(best.compile)}" if best.compile != "true" else ""
+    )
     return Goal(goal, verdict(best.mfu >= MFU_GOAL), detail, table)
+
+
+def setting(mode: str) -> str:
+    """What a row's mode ("true+loss_chunk=4096", "max-autotune") adds to compile=true."""
+    base, *added = mode.split("+")
+    return ", ".join([*([f"compile={base}"] if base != "true" else []), *added])
 
 
 def not_measured(goal: str, table: str, runs: str) -> Goal:

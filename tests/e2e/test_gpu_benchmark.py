@@ -171,3 +171,10 @@ def test_the_mfu_goal_takes_the_best_compiled_row_and_names_what_it_added(monkey
     assert (goal.verdict, goal.detail) == ("pass", "46.0% with loss_chunk=4096")
     goal = mfu_goal([plain, row("true+loss_chunk=4096", MFU_GOAL - 0.05)], "gpt2_vocab")
     assert (goal.verdict, goal.detail) == ("FAIL", "42.0%")
+    # max-autotune is a compiled row too, with or without a setting added.
+    tuned = [row("max-autotune", MFU_GOAL - 0.01), row("max-autotune+loss_chunk=8192", 0.3)]
+    goal = mfu_goal([plain, *tuned], "gpt2_vocab")
+    assert (goal.verdict, goal.detail) == ("FAIL", "44.0% with compile=max-autotune")
+    goal = mfu_goal([row("max-autotune+loss_chunk=8192", 0.5)], "gpt2_vocab")
+    assert goal.detail == "50.0% with compile=max-autotune, loss_chunk=8192"
+    assert mfu_goal([row("reduce-overhead", 0.5)], "gpt2_vocab").verdict == "not measured"
