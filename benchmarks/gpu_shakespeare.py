@@ -20,8 +20,9 @@ against the GPU's datasheet peak, the goals met or not, and a profile of the GPT
    bias, no dropout; vocabulary 65, tiny Shakespeare's characters, not GPT-2's 50257), the same
    five runs for --gpt2-steps steps, nanoGPT with --bias=False --dropout=0.0 (with --loss-chunk
    N[,M..], xfmr's runs again with objective.loss_chunk=N for each N, rows
-   "MODE+loss_chunk=N"); then a few eager xfmr steps under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's
-   kernel time goes, by what launched each kernel, and the top operators.
+   "MODE+loss_chunk=N"); then a few xfmr steps (eager, or compiled with --profile-mode true)
+   under torch.profiler (`xfmr.training.profiling.ProfileSteps`): where the GPU's kernel time
+   goes, by what launched each kernel, and the top operators.
 
 ms/step: xfmr's results.json, the median step over windows that end at its logging steps
 (every `trainer.log_every_n_steps`, 10, where it waits for the device; validation left out),

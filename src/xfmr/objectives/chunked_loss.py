@@ -31,7 +31,8 @@ from xfmr.objectives.common import IGNORE_INDEX, Z_LOSS
 
 
 def checked_loss_chunk(loss_chunk: int | None) -> int | None:
-    """`objective.loss_chunk` as an objective's constructor takes it: None or a whole number >= 1."""
+    """`objective.loss_chunk` as an objective's constructor takes it: None or a whole number
+    >= 1."""
     if loss_chunk is not None and (isinstance(loss_chunk, bool) or loss_chunk < 1):
         raise ValueError(f"objective.loss_chunk={loss_chunk} must be a positive integer")
     return loss_chunk
